@@ -1,0 +1,135 @@
+"""Environment throughput: many games of uniformly random legal play in one jitted scan.
+
+This is the environment's share of a PPO rollout. Every step each game computes its
+legal-action mask, takes a uniformly random legal action, steps and produces its
+observation; finished games are replaced by fresh ones. The observations and rewards
+are summed into a per-game checksum that the call returns, so XLA cannot drop them.
+
+Game generation is expensive, so auto-reset draws from a reset pool (Craftax's
+"optimistic resets", PufferLib's reset pools): each call first generates one fresh game
+per slot with `jax.vmap(game.reset)`, then the scan swaps slot i's pool game into slot
+i whenever that slot's game ends. A slot that finishes twice within one call restarts
+from the same pool game (with different random actions); the pool is renewed every call.
+
+    python -m bench.bench_env [--num-envs 2048] [--num-steps 128] [--devices 2] [--out FILE]
+"""
+
+import functools
+import pathlib
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, PyTree
+from tap import Tap
+
+from bench import common
+
+
+class Args(Tap):
+    num_envs: int = 2048  # games stepped together, split evenly over the devices
+    num_steps: int = 128  # steps per jitted call (one lax.scan, one reset pool)
+    repeats: int = 5  # timed calls after the first; the median is reported
+    devices: int = 1  # devices to shard the games over (on CPU: forced host devices, one per core)
+    seed: int = 0  # PRNG seed of the games and actions
+    out: pathlib.Path | None = None  # append the result as a JSON line to this file
+
+
+class Games(eqx.Module):
+    """What one slot carries from step to step (batched: a leading env axis on every leaf)."""
+
+    state: Any  # hm.game.GameState
+    key: PRNGKeyArray  # this slot's own stream: actions, steps and its pool games
+    checksum: Float32[Array, ""]  # running sum of observations and rewards
+
+
+def sample_legal_action(mask: Bool[Array, " actions"], u: Float32[Array, ""]) -> Int32[Array, ""]:
+    """A uniformly random legal action, by inverse CDF over the mask.
+
+    One uniform per game instead of `jax.random.categorical`'s one Gumbel per action:
+    the same distribution at a quarter of the cost (PERFORMANCE.md). With no legal
+    action it returns action 0.
+
+    Args:
+        mask: which actions are legal.
+        u: a uniform sample in [0, 1).
+    """
+    legal_up_to = jnp.cumsum(mask, dtype=jnp.int32)  # legal actions among 0..i
+    count = legal_up_to[-1]
+    # Pick the legal action of rank `target`: the first i with legal_up_to[i] > target.
+    target = jnp.minimum(jnp.floor(u * count.astype(jnp.float32)).astype(jnp.int32), count - 1)
+    return jnp.minimum(jnp.sum(legal_up_to <= target, dtype=jnp.int32), mask.shape[0] - 1)
+
+
+def replace_finished(done: Bool[Array, ""], stepped: PyTree, fresh: PyTree) -> PyTree:
+    """`fresh` where the game is done, else `stepped` (both pytrees of one structure)."""
+    return jax.tree.map(lambda new, old: jnp.where(done, new, old), fresh, stepped)
+
+
+def play_step(games: Games, fresh: PyTree) -> Games:
+    """One random legal step of one game, restarting it from `fresh` if it ended.
+
+    Args:
+        games: one slot (unbatched).
+        fresh: (state, observation) of this slot's pool game.
+    """
+    import hm.game as game
+
+    key, action_key, step_key = jax.random.split(games.key, 3)
+    action = sample_legal_action(game.legal_actions(games.state), jax.random.uniform(action_key))
+    state, obs, reward, done, _ = game.step(games.state, action, step_key)
+    state, obs = replace_finished(done, (state, obs), fresh)
+    checksum = games.checksum + jnp.sum(obs.flat()) + reward.astype(jnp.float32)
+    return Games(state, key, checksum)
+
+
+def play(games: Games, num_steps: int) -> Games:
+    """Renew the reset pool, then play `num_steps` steps of every game (batched)."""
+    import hm.game as game
+
+    keys = jax.vmap(jax.random.split)(games.key)
+    pool = jax.vmap(game.reset)(keys[:, 1])
+    games = eqx.tree_at(lambda g: g.key, games, keys[:, 0])
+
+    def scan_step(games: Games, _: None) -> tuple[Games, None]:
+        return jax.vmap(play_step)(games, pool), None
+
+    games, _ = jax.lax.scan(scan_step, games, length=num_steps)
+    return games
+
+
+def new_games(keys: PRNGKeyArray) -> Games:
+    """Fresh games, one per key (batched)."""
+    import hm.game as game
+
+    game_keys, play_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    state, _ = jax.vmap(game.reset)(game_keys)
+    return Games(state, play_keys, jnp.zeros(keys.shape, jnp.float32))
+
+
+def main(args: Args) -> dict[str, Any]:
+    """Run the benchmark, print and record its result, and return it."""
+    if args.num_envs % args.devices:
+        raise ValueError(f"--num-envs {args.num_envs} is not divisible by --devices {args.devices}")
+    common.request_devices(args.devices)
+    common.disable_compilation_cache()
+    mesh = common.batch_mesh(args.devices, "envs")
+    # Every leaf of Games has the env axis first, so one sharding covers the whole tree.
+    by_env = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("envs"))
+
+    keys = jax.device_put(jax.random.split(jax.random.key(args.seed), args.num_envs), by_env)
+    games = jax.jit(new_games, out_shardings=by_env)(keys)
+    run = jax.jit(
+        functools.partial(play, num_steps=args.num_steps),
+        in_shardings=by_env,
+        out_shardings=by_env,
+        donate_argnums=0,
+    )
+    timing, _ = common.time_calls(run, games, args.repeats)
+    config = {"num_envs": args.num_envs, "num_steps": args.num_steps, "devices": args.devices}
+    return common.record("env", config, timing, args.num_envs * args.num_steps, args.out)
+
+
+if __name__ == "__main__":
+    main(Args(underscores_to_dashes=True).parse_args())

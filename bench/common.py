@@ -1,0 +1,169 @@
+"""Timing, device and result-file helpers shared by the benchmarks.
+
+A benchmark is one jitted function from a carry to the next carry, called again and
+again on its own output, the way a training loop feeds one rollout's end state into the
+next. Compilation is timed on its own (ahead-of-time lower + compile), the first
+execution is timed on its own too (it pays one-off allocation), and the steady state is
+the median of the repeats after it, each ended by `jax.block_until_ready`.
+"""
+
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+from jax._src import xla_bridge
+
+Carry = TypeVar("Carry")
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of one benchmark, and the process's peak memory."""
+
+    compile_s: float  # trace + lower + XLA compile
+    first_call_s: float  # first execution; pays one-off allocation, so not in the median
+    median_s: float  # median over the repeats of one call
+    peak_rss_mb: float  # peak resident set of the whole process so far, compile included
+
+
+def time_calls(fn: Any, carry: Carry, repeats: int) -> tuple[Timing, Carry]:
+    """Compile `fn` for `carry`, then call it `1 + repeats` times, each on the last output.
+
+    Args:
+        fn: a `jax.jit`-wrapped function taking and returning a carry of one structure.
+            It may donate its argument: the carry passed in is not used again.
+        carry: the first input.
+        repeats: timed calls after the first; at least 1.
+
+    Returns:
+        The timing, and the carry after the last call.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    start = time.perf_counter()
+    compiled = fn.lower(carry).compile()
+    compile_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    carry = jax.block_until_ready(compiled(carry))
+    first_call_s = time.perf_counter() - start
+
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        carry = jax.block_until_ready(compiled(carry))
+        seconds.append(time.perf_counter() - start)
+    timing = Timing(compile_s, first_call_s, statistics.median(seconds), peak_rss_mb())
+    return timing, carry
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def request_devices(count: int) -> None:
+    """Make sure `count` CPU devices will exist, by forcing host devices if needed.
+
+    XLA reads the device count once, when JAX initialises its backends, so this must run
+    before the first JAX computation. Only the CPU backend is affected: on a TPU host the
+    TPU devices are used and the extra CPU devices cost nothing. On CPU, more devices
+    than cores only adds overhead.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    match = re.search(rf"{_DEVICE_COUNT_FLAG}=(\d+)", flags)
+    if count <= (int(match.group(1)) if match else 1):
+        return
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            f"{count} devices requested after JAX initialised its backends; "
+            f"set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before starting Python"
+        )
+    flags = re.sub(rf"{_DEVICE_COUNT_FLAG}=\d+", "", flags)
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
+
+
+def batch_mesh(count: int, axis: str) -> jax.sharding.Mesh:
+    """A one-axis mesh over the first `count` devices of the default backend."""
+    devices = jax.devices()
+    if len(devices) < count:
+        raise ValueError(f"{count} devices requested, {len(devices)} available: {devices}")
+    return jax.sharding.Mesh(np.array(devices[:count]), (axis,))
+
+
+def disable_compilation_cache() -> None:
+    """Compile for real, so compile time is measured even where a cache is configured."""
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+def record(
+    name: str, config: dict[str, Any], timing: Timing, steps: int, out: pathlib.Path | None
+) -> dict[str, Any]:
+    """Print one benchmark's result as a line and append it to `out` as a JSON line.
+
+    Args:
+        name: the benchmark, e.g. "env".
+        config: the settings that define the workload; `bench/compare.py` only compares
+            results whose name and config are equal.
+        timing: from `time_calls`.
+        steps: environment steps done by one call, for steps per second.
+        out: the results file (JSON lines, created with its folder if missing), or None.
+
+    Returns:
+        The result as written.
+    """
+    metrics = {
+        "steps_per_s": steps / timing.median_s,
+        **dataclasses.asdict(timing),
+    }
+    result = {
+        "name": name,
+        "config": config,
+        "metrics": metrics,
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "commit": _git_commit(),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    settings = " ".join(f"{key}={value}" for key, value in config.items())
+    print(
+        f"{name} [{settings}] on {result['backend']}: "
+        f"{metrics['steps_per_s']:,.0f} steps/s, compile {timing.compile_s:.1f} s, "
+        f"first call {timing.first_call_s:.2f} s, median call {timing.median_s:.3f} s, "
+        f"peak RSS {timing.peak_rss_mb:,.0f} MiB"
+    )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as results:
+            results.write(json.dumps(result) + "\n")
+    return result
+
+
+def _git_commit() -> str | None:
+    """The checked-out commit of the repo holding this file, if git can tell."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=pathlib.Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None

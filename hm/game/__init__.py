@@ -1,0 +1,22 @@
+"""HackMatrix rules in pure JAX (GAME_RULES.md; scenarios: SCENARIO.md).
+
+Every function takes and returns a single, unbatched game; batch with `jax.vmap`.
+
+    state, obs = reset(key)
+    state, obs, reward, done, info = step(state, action, key)
+    mask = legal_actions(state)
+    obs = observe(state)
+    state = from_dict(d); d = to_dict(state)
+    text = render(state)
+"""
+
+from hm.game import constants
+from hm.game.actions import legal_actions
+from hm.game.core import reset, step
+from hm.game.observation import Observation, observe
+from hm.game.render import render
+from hm.game.scenario import from_dict, to_dict
+from hm.game.state import GameState
+
+__all__ = ["GameState", "Observation", "constants", "from_dict", "legal_actions", "observe",
+           "render", "reset", "step", "to_dict"]

@@ -1,0 +1,75 @@
+"""One environment step and a new game (GAME_RULES.md §6, §12.5, §13)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float32, Int32, Key
+
+from hm.game import actions, entities, generation, programs
+from hm.game import constants as C
+from hm.game.enemy_phase import enemy_phase
+from hm.game.observation import Observation, observe
+from hm.game.reward import exit_distance, reward_terms
+from hm.game.state import GameState
+
+Info = dict
+
+
+def _select(pred: Bool[Array, ""], a: GameState, b: GameState) -> GameState:
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def canonical(state: GameState) -> GameState:
+    """Compact both entity lists (removals leave holes; §17.2 list order is kept)."""
+    return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state,
+                       (entities.compact(state.enemies), entities.compact(state.transmissions)))
+
+
+def reset(key: Key[Array, ""]) -> tuple[GameState, Observation]:
+    """A new game (§12.5) and its observation."""
+    state = generation.new_game(key)
+    return state, observe(state)
+
+
+def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
+         ) -> tuple[GameState, Observation, Float32[Array, ""], Bool[Array, ""], Info]:
+    """Apply one action (§6). An illegal action leaves the state as it was, gives reward 0
+    and ends the episode (§5)."""
+    action = jnp.asarray(action, jnp.int32)
+    legal = actions.legal_actions(state)
+    in_range = (action >= 0) & (action < C.NUM_ACTIONS)
+    is_legal = in_range & legal[jnp.clip(action, 0, C.NUM_ACTIONS - 1)]
+    key_program, key_stage, key_phase = jax.random.split(key, 3)
+
+    distance_before = exit_distance(state.board, actions.player_cell(state))
+    program = jnp.clip(action - C.PROGRAM_ACTION_OFFSET, 0, C.NUM_PROGRAMS - 1)
+    moved, moved_outcome = actions.directional(state, jnp.clip(action, 0, 3))
+    siphoned, siphon_outcome = actions.siphon(state)
+    ran, program_outcome = programs.run_program(state, program, key_program)
+    is_move = action < C.ACTION_SIPHON
+    is_siphon = action == C.ACTION_SIPHON
+    acted = _select(is_move, moved, _select(is_siphon, siphoned, ran))
+    outcome = _select(is_move, moved_outcome, _select(is_siphon, siphon_outcome, program_outcome))
+
+    reached_exit = outcome.reached_exit
+    ends_turn = (is_move | is_siphon | (action == C.PROGRAM_ACTION_OFFSET + C.WAIT)) & ~reached_exit
+    acted = generation.maybe_complete_stage(acted, reached_exit, key_stage)
+    acted = enemy_phase(acted, ends_turn, key_phase)
+    acted = canonical(acted)
+
+    terms = reward_terms(state, acted, outcome, reached_exit,
+                         action == C.PROGRAM_ACTION_OFFSET + C.RESET, distance_before)
+    reward = sum(terms[name] for name in C.REWARD_TERMS)
+    died = acted.player.hp == 0
+    done = died | acted.won
+
+    new_state = _select(is_legal, acted, state)
+    info = {
+        "reward_terms": {k: jnp.where(is_legal, v, 0.0) for k, v in terms.items()},
+        "stage_completed": is_legal & reached_exit,
+        "won": is_legal & acted.won,
+        "died": is_legal & died,
+        "illegal": ~is_legal,
+    }
+    return (new_state, observe(new_state), jnp.where(is_legal, reward, 0.0),
+            jnp.where(is_legal, done, True), info)

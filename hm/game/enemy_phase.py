@@ -1,0 +1,281 @@
+"""The enemy phase (GAME_RULES.md §10, §10.1).
+
+Activations are strictly sequential (each sees the moves before it), so they run as a
+fixed-count `lax.scan` over `2 × MAX_ENEMIES` activation slots: both activation steps,
+each in a fresh random order, with inactive slots doing nothing. Movement rule A needs a
+breadth-first search over the cells the mover may enter, with the occupancy as it stands
+at that moment: a 35-level bitboard dilation. Rule B ignores occupancy, so its distance
+fields (one for glitches, one for the rest) are computed once per phase.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Int32, Key, UInt32
+
+from jax.custom_batching import custom_vmap
+
+from hm.game import batching, bitboard, entities, generation, geometry
+from hm.game import constants as C
+from hm.game.state import Enemies, GameState, Snapshot, snapshot_of
+
+_UNREACHED = 1_000
+_NEIGHBOURS = geometry.NEIGHBOURS
+_MANHATTAN = geometry.MANHATTAN
+_SPEED = C.ENEMY_SPEED.astype(np.int32)
+_MAX_HP = C.ENEMY_MAX_HP
+
+
+def _distance_field(source: Bool[Array, "36"], passable: Bool[Array, "36"]) -> Int32[Array, "36"]:
+    """Breadth-first distance from `source` over `passable` cells (unreached: large)."""
+    passable_bb = bitboard.from_mask(passable)
+
+    def level(i, carry):
+        visited, frontier, distance = carry
+        frontier = bitboard.dilate(frontier) & passable_bb & ~visited
+        distance = jnp.where(bitboard.to_mask(frontier), i + 1, distance)
+        return visited | frontier, frontier, distance
+
+    start = bitboard.from_mask(source & passable)
+    distance = jnp.where(source & passable, 0, _UNREACHED).astype(jnp.int32)
+    _, _, distance = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, (start, start, distance))
+    return distance
+
+
+def _first_step(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
+                neighbours: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
+    """Rule A's search: the neighbours of the mover first reached from the player.
+
+    Returns the set of `neighbours` cells at the smallest finite distance (empty if none).
+    """
+    def level(_, carry):
+        visited, frontier, found = carry
+        frontier = bitboard.dilate(frontier) & passable & ~visited
+        hit = frontier & neighbours
+        found = jnp.where(jnp.any(found != 0), found, hit)
+        return visited | frontier, frontier, found
+
+    _, _, found = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level,
+                                    (source, source, jnp.zeros(2, jnp.uint32)), unroll=5)
+    return found
+
+
+def _hatch(state: GameState) -> GameState:
+    """Step 2: transmissions at timer ≤ 1 become enemies (appended in list order)."""
+    t = state.transmissions
+    hatching = t.alive & (t.timer <= 1)
+    kind = t.kind.astype(jnp.int32)
+    newborn = Enemies(
+        alive=hatching, kind=t.kind, row=t.row, col=t.col,
+        hp=jnp.asarray(_MAX_HP)[kind], disabled=jnp.ones_like(t.kind),
+        stunned=jnp.zeros_like(hatching), from_task=t.from_task, from_siphon=t.from_siphon)
+    enemies = entities.append(entities.compact(state.enemies), newborn)
+    transmissions = entities.compact(eqx.tree_at(
+        lambda x: (x.alive, x.timer), t, (t.alive & ~hatching, t.timer - 1)))
+    return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state, (enemies, transmissions))
+
+
+def _pick(onehot: Bool[Array, "N"], values: Array) -> Array:
+    """`values[i]` for the one set position `i` of `onehot`, without a gather.
+
+    Per-game gathers and scatters with data-dependent indices are slow inside a
+    vmapped loop on CPU (and on TPU); a masked reduction over 36 lanes vectorises.
+    """
+    return jnp.sum(jnp.where(onehot, values, jnp.zeros((), values.dtype)), dtype=values.dtype)
+
+
+def _activation_order(state: GameState, key: Key[Array, ""]) -> tuple[Int32[Array, "72"], Int32[Array, "72"], Int32[Array, ""]]:
+    """Step 3's activation sequence: (enemy slot, activation step) pairs and their count.
+
+    Each activation step visits the enemies in a fresh uniform order; an enemy that is
+    disabled or stunned, or whose speed is below the step, is skipped — so only those
+    that can act are listed: the ready enemies in random order, then the ready viruses
+    (speed 2) in a second random order. The restriction of a uniform permutation to a
+    subset is a uniform permutation of that subset, so this is the same distribution.
+    Whether a virus already attacked is only known while the first step runs; such a
+    virus stays listed and does nothing.
+    """
+    e = state.enemies
+    ready = e.alive & (e.disabled == 0) & ~e.stunned
+    second = ready & (jnp.asarray(_SPEED)[e.kind.astype(jnp.int32)] > 1)
+    u = jax.random.uniform(key, (2, C.MAX_ENEMIES))
+    first_order = jnp.argsort(jnp.where(ready, u[0], 2.0)).astype(jnp.int32)
+    second_order = jnp.argsort(jnp.where(second, u[1], 2.0)).astype(jnp.int32)
+    n_first = jnp.sum(ready, dtype=jnp.int32)
+    n_second = jnp.sum(second, dtype=jnp.int32)
+    i = jnp.arange(2 * C.MAX_ENEMIES, dtype=jnp.int32)
+    in_first = i < n_first
+    in_second = ~in_first & (i < n_first + n_second)
+    slot = jnp.where(in_first, first_order[jnp.minimum(i, C.MAX_ENEMIES - 1)],
+                     jnp.where(in_second,
+                               second_order[jnp.clip(i - n_first, 0, C.MAX_ENEMIES - 1)], -1))
+    return slot, in_second.astype(jnp.int32), n_first + n_second
+
+
+class _Board(eqx.Module):
+    """What every activation of one phase reads and nothing in it changes."""
+
+    player_row: Int32[Array, ""]
+    player_col: Int32[Array, ""]
+    is_block: Bool[Array, "36"]
+    transmission_here: Bool[Array, "36"]
+    field_b: Int32[Array, "2 36"]
+    kind: Int32[Array, "36"]
+    speed: Int32[Array, "36"]
+    ready: Bool[Array, "36"]
+
+
+def _activation(carry, fixed: _Board, slot: Int32[Array, ""], activation_step: Int32[Array, ""]):
+    """One enemy's activation (§10 step 3): attack if adjacent, else move (§10.1)."""
+    row, col, crowd, hp, attacked = carry
+    pr, pc = fixed.player_row, fixed.player_col
+    cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
+    is_q = cell_ids == pr * C.COLS + pc
+    sel = jnp.arange(C.MAX_ENEMIES, dtype=jnp.int32) == slot
+    r, c = _pick(sel, row), _pick(sel, col)
+    glitch = _pick(sel, fixed.kind) == C.GLITCH
+    active = _pick(sel, fixed.ready & ~attacked & (activation_step < fixed.speed))
+    adjacent = jnp.abs(r - pr) + jnp.abs(c - pc) == 1
+    strikes = active & adjacent
+    hp = jnp.where(strikes, jnp.maximum(hp - 1, 0), hp)
+    attacked = attacked | (sel & strikes)
+
+    occupied = (crowd > 0) | fixed.transmission_here
+    allowed = ~fixed.is_block | glitch
+    enterable = allowed & (~occupied | is_q)
+    deltas = jnp.asarray(C.DIRECTION_DELTAS)
+    nr = r + deltas[:, 0]
+    nc = c + deltas[:, 1]
+    on_board = (nr >= 0) & (nr < C.ROWS) & (nc >= 0) & (nc < C.COLS)
+    n = jnp.where(on_board, nr * C.COLS + nc, -1)
+    at_n = cell_ids[None, :] == n[:, None]                      # [4, 36] one-hot
+    n_allowed = jnp.any(at_n & allowed[None, :], axis=1)
+    n_occupied = jnp.any(at_n & occupied[None, :], axis=1)
+    # Rule A: first step of a breadth-first search from the player.
+    passable = bitboard.from_mask(enterable)
+    found = _first_step(bitboard.from_mask(is_q) & passable, passable,
+                        bitboard.from_mask(jnp.any(at_n, axis=0)))
+    rule_a = jnp.any(at_n & bitboard.to_mask(found)[None, :], axis=1)
+    # Rule B: the same choice ignoring occupancy, taken only if that cell is free.
+    field = jnp.where(glitch, fixed.field_b[1], fixed.field_b[0])
+    distance_b = jnp.where(n_allowed, jnp.max(jnp.where(at_n, field[None, :], 0), axis=1),
+                           _UNREACHED)
+    best_b = jnp.argmin(distance_b)
+    rule_b = ((jnp.min(distance_b) < _UNREACHED)
+              & ~jnp.any((jnp.arange(4) == best_b) & n_occupied))
+    # Rule C: greedy by Manhattan distance, strictly smallest, first in order.
+    greedy = jnp.where(n_allowed & ~n_occupied, jnp.abs(nr - pr) + jnp.abs(nc - pc),
+                       _UNREACHED)
+    best_c = jnp.argmin(greedy)
+    rule_c = jnp.min(greedy) < _UNREACHED
+    choice = jnp.where(jnp.any(rule_a), jnp.argmax(rule_a), jnp.where(rule_b, best_b, best_c))
+    moves = active & ~adjacent & (jnp.any(rule_a) | rule_b | rule_c)
+    step_to = jnp.arange(4) == choice
+    tr = jnp.where(moves, jnp.sum(jnp.where(step_to, nr, 0)), r)
+    tc = jnp.where(moves, jnp.sum(jnp.where(step_to, nc, 0)), c)
+    leave = (cell_ids == r * C.COLS + c) & moves
+    enter = (cell_ids == tr * C.COLS + tc) & moves
+    crowd = crowd - leave.astype(jnp.int32) + enter.astype(jnp.int32)
+    row = jnp.where(sel, tr, row)
+    col = jnp.where(sel, tc, col)
+    return row, col, crowd, hp, attacked
+
+
+@custom_vmap
+def _run_activations(carry, fixed: _Board, slots, steps, count):
+    """All activations of a phase in sequence; slots past `count` are skipped."""
+    def body(i, carry):
+        return jax.lax.cond(i < count, lambda c: _activation(c, fixed, slots[i], steps[i]),
+                            lambda c: c, carry)
+
+    return jax.lax.fori_loop(0, slots.shape[0], body, carry)
+
+
+@_run_activations.def_vmap
+def _run_activations_batched(axis_size, in_batched, carry, fixed, slots, steps, count):
+    # Activation i runs only while some game of the batch still has an i-th activation:
+    # a batch pays for its busiest game's enemies, not for 72 slots.
+    carry, fixed, slots, steps, count = batching.broadcast_unbatched(
+        axis_size, in_batched, (carry, fixed, slots, steps, count))
+    each = jax.vmap(_activation)
+
+    def body(i, carry):
+        return jax.lax.cond(jnp.any(i < count),
+                            lambda c: each(c, fixed, slots[:, i], steps[:, i]),
+                            lambda c: c, carry)
+
+    out = jax.lax.fori_loop(0, slots.shape[1], body, carry)
+    return out, batching.all_batched(out)
+
+
+def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
+    """Step 3: every enemy activation of both activation steps, in random order."""
+    e, b = state.enemies, state.board
+    is_block = b.content == C.BLOCK
+    cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
+    is_q = cell_ids == state.player.row * C.COLS + state.player.col
+    kind = e.kind.astype(jnp.int32)
+    # Rule B fields ignore occupancy: one per "may enter blocks" flag.
+    fixed = _Board(
+        player_row=state.player.row, player_col=state.player.col, is_block=is_block,
+        transmission_here=entities.occupancy(state.transmissions),
+        field_b=jnp.stack([_distance_field(is_q, ~is_block),
+                           _distance_field(is_q, jnp.ones(C.NUM_CELLS, bool))]),
+        kind=kind, speed=jnp.asarray(_SPEED)[kind],
+        ready=e.alive & (e.disabled == 0) & ~e.stunned)
+    slots, steps, count = _activation_order(state, key)
+    crowd = jnp.sum((entities.cells(e)[:, None] == cell_ids[None, :]) & e.alive[:, None],
+                    axis=0, dtype=jnp.int32)
+    init = (e.row.astype(jnp.int32), e.col.astype(jnp.int32), crowd, state.player.hp,
+            jnp.zeros(C.MAX_ENEMIES, bool))
+    row, col, _, hp, _ = _run_activations(init, fixed, slots, steps, count)
+    enemies = eqx.tree_at(lambda x: (x.row, x.col), e, (row.astype(jnp.int8), col.astype(jnp.int8)))
+    player = eqx.tree_at(lambda x: x.hp, state.player, hp)
+    return eqx.tree_at(lambda s: (s.enemies, s.player), state, (enemies, player))
+
+
+def push_snapshot(state: GameState, snapshot: Snapshot, executed: Bool[Array, ""]) -> GameState:
+    """Step 7: push `snapshot` onto the bounded UNDO stack when `executed` (§9.10)."""
+    h = state.history
+    slot = (h.top + 1) % C.HISTORY_CAPACITY
+    snapshots = jax.tree.map(
+        lambda stack, x: stack.at[slot].set(jnp.where(executed, x, stack[slot])),
+        h.snapshots, snapshot)
+    history = eqx.tree_at(
+        lambda x: (x.snapshots, x.top, x.depth), h,
+        (snapshots, jnp.where(executed, slot, h.top),
+         jnp.where(executed, jnp.minimum(h.depth + 1, C.HISTORY_CAPACITY), h.depth)))
+    return eqx.tree_at(lambda s: s.history, state, history)
+
+
+def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) -> GameState:
+    """Run the enemy phase of §10 where `runs` (a turn-ending action), else return `state`.
+
+    STEP swallows a running phase whole (step 0).
+    """
+    swallowed = runs & state.step_active
+    executed = runs & ~state.step_active
+    key_order, key_place = jax.random.split(key)
+
+    phase = eqx.tree_at(lambda s: s.turn, state, state.turn + 1)
+    phase = _hatch(phase)
+    phase = _activate(phase, key_order)
+    task = ~phase.calm & (phase.turn >= phase.next_task)
+    phase = eqx.tree_at(lambda s: s.next_task, phase,
+                        jnp.where(task, phase.turn + phase.interval, phase.next_task))
+    phase = generation.place_transmissions(
+        phase, key_place, task.astype(jnp.int32), phase.pending, jnp.asarray(0, jnp.int32))
+    e = phase.enemies
+    phase = eqx.tree_at(
+        lambda s: (s.pending, s.enemies.disabled, s.enemies.stunned), phase,
+        (jnp.asarray(0, jnp.int32), jnp.maximum(e.disabled - 1, 0).astype(jnp.int8),
+         jnp.zeros_like(e.stunned)))
+
+    # Select everything but the history, then push the snapshot in place.
+    keep = lambda s: eqx.tree_at(lambda x: x.history, s, None)  # noqa: E731
+    merged = jax.tree.map(lambda a, b: jnp.where(executed, a, b), keep(phase), keep(state))
+    merged = eqx.tree_at(lambda s: (s.step_active, s.history), merged,
+                         (state.step_active & ~swallowed, state.history),
+                         is_leaf=lambda x: x is None)
+    return push_snapshot(merged, snapshot_of(merged), executed)

@@ -1,0 +1,72 @@
+"""Fixed-capacity entity lists: compaction and appending (GAME_RULES.md §17.1, §17.2).
+
+Enemy and transmission lists are structs of arrays whose first field is `alive`.
+A list is *compact* when its live entries fill slots `0 .. n−1` in list order and every
+other slot is all zeros. Rules may clear `alive` in place (list order is unchanged by a
+removal); `compact` restores the canonical form, and `append` adds entries after the
+last live one, dropping what does not fit (§17.1).
+"""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int32
+
+from hm.game.state import Enemies, Transmissions
+
+EntityList = Enemies | Transmissions
+
+
+def count(entities: EntityList) -> Int32[Array, ""]:
+    return jnp.sum(entities.alive, dtype=jnp.int32)
+
+
+def compact(entities: EntityList) -> EntityList:
+    """Move live entries to the front in their list order and zero the rest."""
+    order = jnp.argsort(~entities.alive, stable=True)
+    alive = entities.alive[order]
+
+    def take(x):
+        x = x[order]
+        return jnp.where(alive, x, jnp.zeros((), x.dtype))
+
+    return jax.tree.map(take, entities)
+
+
+def append(entities: EntityList, new: EntityList) -> EntityList:
+    """Append the live entries of `new` (in its slot order) after those of `entities`.
+
+    `entities` must be compact. `new` may have any length; entries beyond the capacity
+    are dropped.
+    """
+    capacity = entities.alive.shape[0]
+    start = count(entities)
+    slot = start + jnp.cumsum(new.alive, dtype=jnp.int32) - 1
+    slot = jnp.where(new.alive, slot, capacity)   # out of range: dropped by the scatter
+
+    def put(x, y):
+        return x.at[slot].set(y.astype(x.dtype), mode="drop")
+
+    return jax.tree.map(put, entities, new)
+
+
+def first_at(entities: EntityList, cell: Int32[Array, "..."]) -> Int32[Array, "..."]:
+    """Slot of the first live entity (in list order) standing on each cell of `cell`.
+
+    Returns the capacity when none stands there.
+    """
+    capacity = entities.alive.shape[0]
+    cell = jnp.asarray(cell)
+    lead = (1,) * cell.ndim
+    here = (entities.alive.reshape(lead + (capacity,))
+            & (cells(entities).reshape(lead + (capacity,)) == cell[..., None]))
+    return jnp.where(jnp.any(here, axis=-1), jnp.argmax(here, axis=-1), capacity)
+
+
+def cells(entities: EntityList) -> Int32[Array, "N"]:
+    """Cell index of every slot (meaningless for dead slots)."""
+    return entities.row.astype(jnp.int32) * 6 + entities.col.astype(jnp.int32)
+
+
+def occupancy(entities: EntityList) -> Bool[Array, "36"]:
+    """Cells holding at least one live entity."""
+    return jnp.zeros(36, bool).at[cells(entities)].max(entities.alive)

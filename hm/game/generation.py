@@ -1,0 +1,601 @@
+"""Stage generation: transmission placement, blocks, resources, stages (GAME_RULES.md §11, §12).
+
+Everything here is an unbatched rule `f(state, ..., key) -> state`; batching is `jax.vmap`
+at the call site. Generation is the one expensive rule of the game (up to 100 block-layout
+attempts, each a flood fill), so it is built to cost little under `vmap`:
+
+* **Bitboards.** A layout attempt is a two-word bitboard (`bitboard.py`); its K cells are
+  drawn by selecting random set bits of the eligible bitboard, and its validity (§12.4)
+  is a shift-and-mask flood fill.
+* **Cheap randomness.** `jax.random` gives each game a few seed words; the many values a
+  stage needs are derived from them by a keyed 32-bit integer hash of a counter. Integer
+  draws are exact up to a bias of n / 2**32 (`_below`).
+* **Attempts are indexed.** Attempt `a` of a game depends only on (seed, a), so the
+  committed layout — the first valid attempt among attempts 0..99 — does not depend on how
+  attempts are scheduled. Unbatched, attempts run in rounds of `_ROUND`, each round skipped
+  by `lax.cond` once a valid attempt is known. Under `vmap`, a custom batching rule
+  (`_search_layout`) pools the attempts of the whole batch: every round hands out a fixed
+  number of attempt slots to the games still searching, more to games whose K makes valid
+  layouts rare, and repeats only while some game is still searching. The result is
+  bit-identical to the unbatched search.
+* **Skipping games that need nothing.** `maybe_complete_stage`, `maybe_place_transmissions`
+  and `maybe_new_game` apply a rule only where a per-game predicate holds. Unbatched that is a
+  `lax.cond`; under `vmap` their batching rule gathers the selected games into chunks, runs
+  the rule on those only and scatters the results back, so a batch in which no game
+  completes a stage pays (almost) nothing, and one in which a few do pays for those few.
+  Outside this module prefer these to `jnp.where(pred, complete_stage(...), state)`, which
+  under `vmap` generates a stage for every game on every step.
+
+The batching rules loop with `lax.while_loop` on batch-level conditions (any game still
+searching, chunks left). Those loops are not per-game data-dependent loops: under one `vmap`
+they run once per batch. Under a second, outer `vmap` they still give the same results.
+"""
+
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_batching import custom_vmap
+from jaxtyping import Array, Bool, Int8, Int32, PRNGKeyArray, UInt32
+
+from hm.game import bitboard
+from hm.game import constants as C
+from hm.game import entities
+from hm.game.state import (GameState, Transmissions, bare_state, empty_history,
+                           snapshot_of)
+
+_HALF = C.NUM_CELLS // 2
+_MAX_BLOCKS = C.BLOCK_COUNT_MAX
+_U32 = jnp.uint32
+
+
+def _np_bitboard(cells) -> np.ndarray:
+    board = np.zeros(2, np.uint32)
+    for cell in cells:
+        board[cell // _HALF] |= np.uint32(1 << (cell % _HALF))
+    return board
+
+
+_ALL = _np_bitboard(range(C.NUM_CELLS))
+_ORIGIN = _np_bitboard([0])                       # (0,0): where the §12.4 flood starts
+_CORNERS = _np_bitboard(C.CORNER_CELLS)
+_CORNER_CELLS = np.array(C.CORNER_CELLS, np.int32)
+
+
+def _np_line_of_fire_tables() -> tuple[np.ndarray, np.ndarray]:
+    """`same_line[p, c]`: c ≠ p shares p's row or column; `between[p, c]`: cells strictly
+    between them (a bitboard), for the §11 line-of-fire test."""
+    same_line = np.zeros((C.NUM_CELLS, C.NUM_CELLS), bool)
+    between = np.zeros((C.NUM_CELLS, C.NUM_CELLS, 2), np.uint32)
+    for p in range(C.NUM_CELLS):
+        pr, pc = divmod(p, C.COLS)
+        for c in range(C.NUM_CELLS):
+            cr, cc = divmod(c, C.COLS)
+            if c == p or (cr != pr and cc != pc):
+                continue
+            same_line[p, c] = True
+            steps = max(abs(cr - pr), abs(cc - pc))
+            dr, dc = np.sign(cr - pr), np.sign(cc - pc)
+            between[p, c] = _np_bitboard(
+                (pr + k * dr) * C.COLS + pc + k * dc for k in range(1, steps))
+    return same_line, between
+
+
+_SAME_LINE, _BETWEEN = _np_line_of_fire_tables()
+
+# ---------------------------------------------------------------------------------------
+# Randomness: a keyed hash of a counter.
+
+_GOLDEN = np.uint32(0x9E3779B9)
+_NUM_STREAMS = 8
+(_STREAM_EXIT, _STREAM_BLOCK_COUNT, _STREAM_LAYOUT, _STREAM_BLOCK_KIND, _STREAM_POINTS,
+ _STREAM_PROGRAM, _STREAM_RESOURCE, _STREAM_START) = range(_NUM_STREAMS)
+_TRANSMISSION_STREAMS = 2
+_STREAM_ORDER, _STREAM_TYPE = range(_TRANSMISSION_STREAMS)
+_DRAWS_PER_ATTEMPT = 16      # counter stride of one layout attempt (≥ K_max = 11 draws)
+
+
+def _mix(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
+    """`lowbias32` (C. Wellons): a 32-bit integer hash with very low avalanche bias."""
+    x = x ^ (x >> 16)
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _seeds(key: PRNGKeyArray, streams: int) -> UInt32[Array, "streams 2"]:
+    """Two seed words per stream, straight from `jax.random`."""
+    return jax.random.bits(key, (streams, 2), _U32)
+
+
+def _words(seed: UInt32[Array, "*s 2"], counter: Int32[Array, "*t"]) -> UInt32[Array, "*t"]:
+    """Uniform 32-bit words, one per counter value, of the stream keyed by `seed`.
+
+    `seed` must have the leading shape of `counter` or be a single `[2]` seed.
+    """
+    x = counter.astype(_U32) * _GOLDEN + seed[..., 0]
+    return _mix(_mix(x) ^ seed[..., 1])
+
+
+def _below(word: UInt32[Array, "*s"], n: UInt32[Array, "*s"] | int) -> UInt32[Array, "*s"]:
+    """floor(word · n / 2**32): uniform over 0..n−1 (bias ≤ n / 2**32), for n < 2**16.
+
+    Computed exactly in 32-bit arithmetic from the 16-bit halves of `word`.
+    """
+    n = jnp.asarray(n, _U32)
+    high = (word >> 16) * n
+    low = ((word & np.uint32(0xFFFF)) * n) >> 16
+    return (high + low) >> 16
+
+
+def _threshold(p: float) -> np.uint32:
+    """`word < _threshold(p)` is a Bern(p) coin (error below 2**-32)."""
+    return np.uint32(round(p * 2 ** 32))
+
+
+_P_QUESTION = _threshold(C.P_QUESTION_BLOCK)
+_P_DATA = _threshold(C.P_DATA_BLOCK)
+_P_CREDITS = _threshold(0.5)                  # §12.3 credits or energy, 1/2 each
+_RESOURCE_CDF = tuple(   # amount 1 below the first, 2 below the second, else 3
+    _threshold(p) for p in np.round(np.cumsum(C.RESOURCE_AMOUNT_PROBS[:2], dtype=np.float64), 6))
+
+# ---------------------------------------------------------------------------------------
+# Bit selection.
+
+
+def _popcount(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
+    return jax.lax.population_count(x)
+
+
+def _select_in_word(word: UInt32[Array, "*s"], rank: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
+    """The bit of `word` holding its `rank`-th set bit (counting from bit 0); binary search."""
+    position = jnp.zeros_like(word)
+    for width in (16, 8, 4, 2, 1):
+        lower = _popcount(word & np.uint32((1 << width) - 1))
+        above = rank >= lower
+        rank = jnp.where(above, rank - lower, rank)
+        word = jnp.where(above, word >> width, word)
+        position = jnp.where(above, position + np.uint32(width), position)
+    return np.uint32(1) << position
+
+
+def _select(board: UInt32[Array, "*s 2"], rank: UInt32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+    """The bitboard of the `rank`-th set cell of `board` (cell order); rank < popcount."""
+    low_count = _popcount(board[..., 0])
+    in_high = rank >= low_count
+    bit = _select_in_word(jnp.where(in_high, board[..., 1], board[..., 0]),
+                          jnp.where(in_high, rank - low_count, rank))
+    zero = jnp.zeros_like(bit)
+    return jnp.stack([jnp.where(in_high, zero, bit), jnp.where(in_high, bit, zero)], axis=-1)
+
+
+def _count(board: UInt32[Array, "*s 2"]) -> UInt32[Array, "*s"]:
+    return _popcount(board[..., 0]) + _popcount(board[..., 1])
+
+
+# ---------------------------------------------------------------------------------------
+# §12.4 block layout.
+
+
+def _draw_layout(seed: UInt32[Array, "*s 2"], eligible: UInt32[Array, "*s 2"],
+                 k: Int32[Array, "*s"], attempt: Int32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+    """Layout attempt `attempt`: `k` distinct cells drawn uniformly from `eligible`.
+
+    Draw j picks uniformly among the eligible cells not picked yet (k ≤ popcount(eligible)).
+    """
+    remaining = eligible
+    blocks = jnp.zeros_like(eligible)
+    available = _count(eligible)
+    counter = attempt * _DRAWS_PER_ATTEMPT
+    for j in range(_MAX_BLOCKS):
+        word = _words(seed, counter + j)
+        left = jnp.maximum(available, np.uint32(j + 1)) - np.uint32(j)
+        bit = _select(remaining, _below(word, left))
+        bit = jnp.where((j < k)[..., None], bit, jnp.zeros_like(bit))
+        remaining = remaining & ~bit
+        blocks = blocks | bit
+    return blocks
+
+
+def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"],
+                  until_stable: bool) -> Bool[Array, "*s"]:
+    """§12.4 `layoutIsValid`: connectivity from (0,0) with the exit reached but not passed
+    through, and every block next to a non-block cell.
+
+    The flood runs the 35 levels that any 36-cell search needs, or, when `until_stable`
+    (batch-level code only), until no cell of any board in the stack changes.
+    """
+    everything, origin = (jnp.broadcast_to(b, blocks.shape) for b in (_ALL, _ORIGIN))
+    open_cells = everything & ~blocks
+    expandable = open_cells & ~(exit_cell & ~origin)     # (0,0) expands even as the exit
+
+    def grow(reach):
+        return reach | (bitboard.dilate(reach & expandable) & open_cells)
+
+    start = origin
+    if until_stable:
+        def unstable(carry):
+            reach, previous = carry
+            return jnp.any(reach != previous)
+
+        def two_levels(carry):
+            reach, _ = carry
+            return grow(grow(reach)), reach
+
+        reach, _ = jax.lax.while_loop(unstable, two_levels, (grow(start), start))
+    else:
+        reach = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, lambda _, r: grow(r), start)
+    connected = jnp.all(reach == open_cells, axis=-1)
+    reachable = jnp.all((blocks & ~bitboard.dilate(open_cells)) == 0, axis=-1)
+    return connected & reachable
+
+
+# Attempts per round of the unbatched search; rounds after the first valid attempt are skipped.
+_ROUND = 20
+# Batched search: attempt slots per game per round, and the share of the pool a game
+# searching with a given K asks for: ≈ 2.5 / P(attempt valid | K), measured on 32 eligible
+# cells (≈ .85 .74 .63 .48 .31 .19 .09 for K = 5..11). Only speed depends on these.
+_POOL_PER_GAME = 4
+_SLOTS_WANTED = np.array([1, 1, 1, 1, 2, 3, 4, 4, 6, 9, 14, 28], np.int32)   # by K = 0..11
+
+
+def _search_layout_unbatched(seed, eligible, exit_cell, k, active):
+    def run_round(r, carry):
+        def attempts(_):
+            attempt = r * _ROUND + jnp.arange(_ROUND, dtype=jnp.int32)
+            layouts = _draw_layout(seed, jnp.broadcast_to(eligible, (_ROUND, 2)),
+                                   jnp.broadcast_to(k, (_ROUND,)), attempt)
+            valid = _layout_valid(layouts, jnp.broadcast_to(exit_cell, (_ROUND, 2)), False)
+            valid = valid & (attempt < C.LAYOUT_ATTEMPTS)
+            return jnp.any(valid), layouts[jnp.argmax(valid)]
+
+        found, _ = carry
+        return jax.lax.cond(found, lambda _: carry, attempts, None)
+
+    rounds = math.ceil(C.LAYOUT_ATTEMPTS / _ROUND)
+    found, layout = jax.lax.fori_loop(0, rounds, run_round,
+                                      (~active, jnp.zeros(2, _U32)))
+    return jnp.where(found & active, layout, jnp.zeros(2, _U32))
+
+
+def _search_layout_pooled(seed, eligible, exit_cell, k, active):
+    games = k.shape[0]
+    pool = _POOL_PER_GAME * games
+    slot = jnp.arange(pool, dtype=jnp.int32)
+    wanted_by_k = jnp.asarray(_SLOTS_WANTED)[k]
+    none_found = jnp.int32(C.LAYOUT_ATTEMPTS)
+
+    def searching(carry):
+        next_attempt, found, _ = carry
+        return jnp.any(~found & (next_attempt < C.LAYOUT_ATTEMPTS))
+
+    def run_round(carry):
+        next_attempt, found, layout = carry
+        left = jnp.where(found, 0, C.LAYOUT_ATTEMPTS - next_attempt)
+        wanted = jnp.minimum(left, wanted_by_k)
+        end = jnp.minimum(jnp.cumsum(wanted), pool)     # games in order, until the pool is full
+        start = jnp.concatenate([jnp.zeros(1, jnp.int32), end[:-1]])
+        game = jnp.minimum(jnp.searchsorted(end, slot, side="right").astype(jnp.int32),
+                           games - 1)
+        used = slot < end[-1]
+        attempt = next_attempt[game] + slot - start[game]
+        layouts = _draw_layout(seed[game], eligible[game], k[game], attempt)
+        valid = _layout_valid(layouts, exit_cell[game], True) & used
+        first = jnp.full(games, none_found).at[game].min(
+            jnp.where(valid, attempt, none_found))
+        hit = first < none_found
+        first_slot = jnp.where(hit, start + first - next_attempt, 0)
+        layout = jnp.where(hit[:, None], layouts[first_slot], layout)
+        return next_attempt + (end - start), found | hit, layout
+
+    init = (jnp.zeros(games, jnp.int32), ~active, jnp.zeros((games, 2), _U32))
+    _, _, layout = jax.lax.while_loop(searching, run_round, init)
+    return layout
+
+
+@custom_vmap
+def _search_layout(seed: UInt32[Array, "2"], eligible: UInt32[Array, "2"],
+                   exit_cell: UInt32[Array, "2"], k: Int32[Array, ""],
+                   active: Bool[Array, ""]) -> UInt32[Array, "2"]:
+    """§12.4: the first valid one of layout attempts 0..99 (no blocks if none is valid).
+
+    An inactive search returns no blocks at once (games padded into a batch).
+    """
+    return _search_layout_unbatched(seed, eligible, exit_cell, k, active)
+
+
+@_search_layout.def_vmap
+def _search_layout_batched(axis_size, in_batched, *args):
+    args = _broadcast_unbatched(axis_size, in_batched, args)
+    return _search_layout_pooled(*args), True
+
+
+def _broadcast_unbatched(axis_size: int, in_batched, args):
+    def broadcast(x, batched):
+        return x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+
+    return jax.tree.map(broadcast, args, tuple(in_batched))
+
+
+# ---------------------------------------------------------------------------------------
+# §11 transmissions.
+
+
+def place_transmissions(state: GameState, key: PRNGKeyArray, n_task: Int32[Array, ""],
+                        n_siphon: Int32[Array, ""], n_plain: Int32[Array, ""]) -> GameState:
+    """§11: place `n_task` + `n_siphon` + `n_plain` transmissions, one after another.
+
+    They are appended to the transmission list in that order: the first `n_task` flagged
+    `fromTask`, the next `n_siphon` flagged `fromSiphon`, the rest unflagged; each with
+    timer 1 and a uniform enemy type. Placing one never changes which cells are in the line
+    of fire (transmissions do not shelter) and only removes its own cell from the free set,
+    so placing them in sequence is the same as taking the first ones of a uniform random
+    order of the free cells off the line of fire followed by a uniform random order of the
+    free cells in it. Transmissions that find no free cell, or no room in the list, are
+    dropped.
+    """
+    seeds = _seeds(key, _TRANSMISSION_STREAMS)
+    player = state.player.row * C.COLS + state.player.col
+    cell = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
+    enemy = entities.occupancy(state.enemies)
+    block = state.board.content == C.BLOCK
+    free = ~(enemy | block | entities.occupancy(state.transmissions) | (cell == player))
+    obstacles = bitboard.from_mask(enemy | block)
+    sheltered = jnp.any((jnp.asarray(_BETWEEN)[player] & obstacles[None, :]) != 0, axis=-1)
+    in_line = jnp.asarray(_SAME_LINE)[player] & ~sheltered
+
+    # Sort key: class (0 free off the line, 1 free in it, 2 not free) | 24 random bits | cell.
+    group = jnp.where(free, in_line.astype(_U32), np.uint32(2))
+    noise = _words(seeds[_STREAM_ORDER], cell) >> 8
+    order_key = (group << 30) | (noise << 6) | cell.astype(_U32)
+    rank = jnp.sum(order_key[None, :] < order_key[:, None], axis=1, dtype=jnp.int32)
+    cell_by_rank = jnp.zeros(C.NUM_CELLS, jnp.int32).at[rank].set(cell)
+
+    placed = jnp.minimum(n_task + n_siphon + n_plain, jnp.sum(free, dtype=jnp.int32))
+    slot = cell                                   # slot t takes the cell of rank t
+    kind = (_words(seeds[_STREAM_TYPE], slot) >> 30).astype(jnp.int8)
+    new = Transmissions(
+        alive=slot < placed,
+        kind=kind,
+        row=(cell_by_rank // C.COLS).astype(jnp.int8),
+        col=(cell_by_rank % C.COLS).astype(jnp.int8),
+        timer=jnp.ones(C.NUM_CELLS, jnp.int32),
+        from_task=slot < n_task,
+        from_siphon=(slot >= n_task) & (slot < n_task + n_siphon))
+    return eqx.tree_at(lambda s: s.transmissions, state,
+                       entities.append(state.transmissions, new))
+
+
+# ---------------------------------------------------------------------------------------
+# §12.2–12.4 stages.
+
+
+def _pick(options: Bool[Array, "n"], word: UInt32[Array, ""]) -> Int32[Array, ""]:
+    """Index of a uniform choice among the true entries of `options` (at least one)."""
+    rank = _below(word, jnp.sum(options, dtype=jnp.int32).astype(_U32)).astype(jnp.int32)
+    return jnp.argmax(options & (jnp.cumsum(options, dtype=jnp.int32) == rank + 1)).astype(
+        jnp.int32)
+
+
+def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
+                 active: Bool[Array, ""]):
+    """§12.2–12.4 board of a new stage (exit, pickups, blocks, resources)."""
+    cell = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
+    player = state.player.row * C.COLS + state.player.col
+    corner_options = jnp.asarray(_CORNER_CELLS) != player
+    exit_cell = jnp.asarray(_CORNER_CELLS)[
+        _pick(corner_options, _words(seeds[_STREAM_EXIT], jnp.int32(0)))]
+
+    occupied = entities.occupancy(state.enemies) | entities.occupancy(state.transmissions)
+    eligible = _ALL & ~_CORNERS & ~bitboard.from_mask(occupied)
+    k = (C.BLOCK_COUNT_MIN + _below(_words(seeds[_STREAM_BLOCK_COUNT], jnp.int32(0)),
+                                    C.BLOCK_COUNT_MAX - C.BLOCK_COUNT_MIN + 1)).astype(jnp.int32)
+    k = jnp.minimum(k, _count(eligible).astype(jnp.int32))
+    layout = _search_layout(seeds[_STREAM_LAYOUT], eligible, bitboard.cell_bit(exit_cell), k,
+                            active)
+    block = bitboard.to_mask(layout)
+
+    # Payloads, drawn once for the committed cells. Cells are exchangeable, so handing the
+    # payload sequence out in cell order instead of draw order changes no distribution.
+    is_data = _words(seeds[_STREAM_BLOCK_KIND], cell) < _P_DATA
+    question = block & (_words(seeds[_STREAM_BLOCK_KIND], cell + C.NUM_CELLS) < _P_QUESTION)
+    points = (C.DATA_POINTS_MIN + _below(
+        _words(seeds[_STREAM_POINTS], cell),
+        C.DATA_POINTS_MAX - C.DATA_POINTS_MIN + 1)).astype(jnp.int8)
+    program = _draw_programs(seeds[_STREAM_PROGRAM])
+    is_program = block & ~is_data
+    program_index = jnp.cumsum(is_program, dtype=jnp.int32) - 1
+    program = jnp.where(is_program, program[jnp.clip(program_index, 0, _MAX_BLOCKS - 1)], -1)
+    spawn = jnp.where(is_data, points,
+                      jnp.asarray(C.PROGRAM_SPAWN_COUNT)[jnp.maximum(program, 0)])
+
+    pickup = jnp.zeros(C.NUM_CELLS, bool).at[jnp.asarray(_CORNER_CELLS)].set(corner_options)
+    content = jnp.where(block, C.BLOCK, jnp.where(pickup, C.PICKUP, C.EMPTY))
+    content = jnp.where(cell == exit_cell, C.EXIT, content).astype(jnp.int8)
+
+    amount_word = _words(seeds[_STREAM_RESOURCE], cell)
+    amount = (1 + (amount_word >= _RESOURCE_CDF[0]).astype(jnp.int8)
+              + (amount_word >= _RESOURCE_CDF[1]).astype(jnp.int8))
+    is_credits = _words(seeds[_STREAM_RESOURCE], cell + C.NUM_CELLS) < _P_CREDITS
+    gets_resource = (content == C.EMPTY) | (content == C.PICKUP)
+    zero = jnp.zeros(C.NUM_CELLS, jnp.int8)
+    false = jnp.zeros(C.NUM_CELLS, bool)
+    return eqx.tree_at(
+        lambda b: (b.content, b.block_points, b.block_program, b.block_question,
+                   b.block_spawn, b.credits, b.energy, b.siphoned, b.siphon_center),
+        state.board,
+        (content,
+         jnp.where(block & is_data, points, zero),
+         jnp.where(block, program, -1).astype(jnp.int8),
+         question,
+         jnp.where(block, spawn, zero).astype(jnp.int8),
+         jnp.where(gets_resource & is_credits, amount, zero),
+         jnp.where(gets_resource & ~is_credits, amount, zero),
+         false, false))
+
+
+def _draw_programs(seed: UInt32[Array, "2"]) -> Int8[Array, "11"]:
+    """The programs of a stage's program blocks, in order: draw j is uniform over the
+    programs not drawn before it (§12.4 `usedPrograms`)."""
+    available = jnp.asarray(np.uint32((1 << C.NUM_PROGRAMS) - 1))
+    words = _words(seed, jnp.arange(_MAX_BLOCKS, dtype=jnp.int32))
+    programs = []
+    for j in range(_MAX_BLOCKS):
+        bit = _select_in_word(available, _below(words[j], C.NUM_PROGRAMS - j))
+        available = available & ~bit
+        programs.append(jnp.int32(31) - jax.lax.clz(bit).astype(jnp.int32))
+    return jnp.stack(programs).astype(jnp.int8)
+
+
+def _initialise_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray) -> GameState:
+    stage_key, transmission_key = jax.random.split(key)
+    board = _stage_board(state, _seeds(stage_key, _NUM_STREAMS), active)
+    false = jnp.asarray(False)
+    zero = jnp.int32(0)
+    state = eqx.tree_at(
+        lambda s: (s.board, s.turn, s.next_task, s.show, s.calm, s.step_active, s.atk_uses,
+                   s.history),
+        state,
+        (board, zero, state.interval, false, false, false, zero,
+         empty_history(snapshot_of(state))))
+    plain = jnp.where(active, state.stage, 0)
+    return place_transmissions(state, transmission_key, zero, zero, plain)
+
+
+def initialise_stage(state: GameState, key: PRNGKeyArray) -> GameState:
+    """§12.2 `initialiseStage`: a fresh board around the persisting entities.
+
+    Turn 0, `nextTask := interval`, SHOW/CALM/STEP off, no ATK+ uses, history cleared; every
+    cell reset; the exit on a uniform corner other than the player's cell and pickups on
+    the other corners; blocks (§12.4), resources (§12.3), then `stage` unflagged
+    transmissions (§11). Enemies, transmissions, the player and `pending` carry over.
+    If the player is not on a corner (never the case in play), the exit is uniform over all
+    four corners and the other three get pickups.
+    """
+    return _initialise_stage(state, jnp.asarray(True), key)
+
+
+def _complete_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray) -> GameState:
+    hp = jnp.minimum(state.player.hp + 1, C.MAX_HP)
+    state = eqx.tree_at(lambda s: s.player.hp, state, hp)
+    advance = state.stage < C.NUM_STAGES
+
+    def next_stage(state):
+        stage = state.stage + 1
+        state = eqx.tree_at(lambda s: (s.stage, s.interval), state,
+                            (stage, C.INTERVAL_BASE - stage))
+        return _initialise_stage(state, active & advance, key)
+
+    def victory(state):
+        return eqx.tree_at(lambda s: s.won, state, jnp.asarray(True))
+
+    return jax.lax.cond(advance, next_stage, victory, state)
+
+
+def complete_stage(state: GameState, key: PRNGKeyArray) -> GameState:
+    """§12.1 `completeStage`: hp + 1 (at most 3); then the next stage (interval 13 − stage,
+    §12.2), or after stage 8 victory (`won`; nothing else changes)."""
+    return _complete_stage(state, jnp.asarray(True), key)
+
+
+def new_game(key: PRNGKeyArray) -> GameState:
+    """§12.5 `newGame`: the player on a uniform corner with a uniform starting bonus
+    (10 credits, 11 energy or 1 data siphon), stage 1, interval 12, then §12.2."""
+    start_key, stage_key = jax.random.split(key)
+    words = _words(_seeds(start_key, 1)[0], jnp.arange(2, dtype=jnp.int32))
+    corner = jnp.asarray(_CORNER_CELLS)[_below(words[0], 4).astype(jnp.int32)]
+    bonus = _below(words[1], 3).astype(jnp.int32)
+    state = bare_state(corner // C.COLS, corner % C.COLS)
+    player = state.player
+    state = eqx.tree_at(
+        lambda s: (s.player.credits, s.player.energy, s.player.data_siphons), state,
+        (jnp.where(bonus == 0, C.STARTING_BONUS_CREDITS, player.credits),
+         jnp.where(bonus == 1, C.STARTING_BONUS_ENERGY, player.energy),
+         jnp.where(bonus == 2, C.STARTING_BONUS_SIPHONS, player.data_siphons)))
+    return initialise_stage(state, stage_key)
+
+
+# ---------------------------------------------------------------------------------------
+# Applying a rule to the games that need it.
+
+
+def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
+    """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
+
+    `rule(state, active, *args)` must be a state update that is cheap when `active` is
+    false (its result is then discarded). Unbatched, `maybe` is a `lax.cond`. Batched, it
+    runs `rule` only on the selected games: gathered `chunk` at a time (≈ batch /
+    `chunk_divisor`), updated with `vmap(rule)` and scattered back in place, in a loop that
+    runs once per chunk of selected games (zero times when none is selected). Padding
+    entries of the last chunk run with `active` false and are dropped.
+    """
+
+    @custom_vmap
+    def maybe(state, pred, *args):
+        return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
+
+    @maybe.def_vmap
+    def batched(axis_size, in_batched, state, pred, *args):
+        state, pred, *args = _broadcast_unbatched(axis_size, in_batched, (state, pred, *args))
+        chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
+        chunks = math.ceil(axis_size / chunk)
+        selected = jnp.nonzero(pred, size=chunks * chunk, fill_value=axis_size)[0].astype(
+            jnp.int32)
+        n_selected = jnp.sum(pred, dtype=jnp.int32)
+
+        def update_chunk(c, state):
+            index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
+            real = index < axis_size
+            source = jnp.where(real, index, selected[0])
+            take = lambda x: x[source]                               # noqa: E731
+            updated = jax.vmap(rule)(jax.tree.map(take, state), real,
+                                     *jax.tree.map(take, args))
+            return jax.tree.map(lambda x, y: x.at[index].set(y, mode="drop"), state, updated)
+
+        n_chunks = (n_selected + chunk - 1) // chunk
+        out = jax.lax.fori_loop(0, n_chunks, update_chunk, state)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return maybe
+
+
+def _place_where_active(state, active, key, n_task, n_siphon, n_plain):
+    zero = jnp.int32(0)
+    return place_transmissions(state, key, jnp.where(active, n_task, zero),
+                               jnp.where(active, n_siphon, zero),
+                               jnp.where(active, n_plain, zero))
+
+
+def _new_game_where_active(state, active, key):
+    del state, active
+    return new_game(key)
+
+
+_maybe_complete_stage = _where_selected(_complete_stage, 32, 8)
+_maybe_place_transmissions = _where_selected(_place_where_active, 8, 8)
+_maybe_new_game = _where_selected(_new_game_where_active, 16, 8)
+
+
+def maybe_complete_stage(state: GameState, completed: Bool[Array, ""],
+                         key: PRNGKeyArray) -> GameState:
+    """`complete_stage(state, key)` if `completed`, else `state`; under `vmap` only the
+    completing games do any work (see the module docstring)."""
+    return _maybe_complete_stage(state, completed, key)
+
+
+def maybe_place_transmissions(state: GameState, key: PRNGKeyArray, n_task: Int32[Array, ""],
+                              n_siphon: Int32[Array, ""], n_plain: Int32[Array, ""]) -> GameState:
+    """`place_transmissions(...)`, doing work under `vmap` only for games placing any."""
+    n_task, n_siphon, n_plain = (jnp.asarray(n, jnp.int32) for n in (n_task, n_siphon, n_plain))
+    return _maybe_place_transmissions(state, n_task + n_siphon + n_plain > 0, key, n_task,
+                                      n_siphon, n_plain)
+
+
+def maybe_new_game(state: GameState, reset: Bool[Array, ""], key: PRNGKeyArray) -> GameState:
+    """`new_game(key)` if `reset`, else `state` (auto-reset); under `vmap` only the games
+    being reset do any work."""
+    return _maybe_new_game(state, reset, key)

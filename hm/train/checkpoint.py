@@ -1,0 +1,393 @@
+"""Checkpoints: a whole `TrainState` in one file, written atomically, the last few kept.
+
+A checkpoint is an uncompressed zip holding `meta.json` (format, game version,
+architecture, batch layout, counters, the training config) and one `.npy` entry per
+array leaf of the state, named by its key path (`.params.layers[0].weight`). Two
+choices follow from what a checkpoint is for:
+
+* the meta is read without touching the arrays, so a checkpoint that does not fit the
+  run (another architecture, another game version) is refused, with the reason, before
+  anything is built;
+* leaves are found by name, not by position, so a resume with a new batch layout (other
+  `--num-envs`, other device count) can take the parameters and leave the rest.
+
+A write goes to a temporary file in the same directory, is fsynced, and is renamed over
+the final name: a crash mid-write leaves the previous checkpoint as the latest, never a
+torn one. Only the host side lives here; gathering sharded arrays from every process is
+`tree_to_host`.
+"""
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from hm.train.mesh import to_host
+
+FORMAT = "hm-checkpoint/1"
+CHECKPOINTS_DIR = "checkpoints"
+KEEP_LAST = 3
+POLICY_FORMAT = "hm-policy/1"
+POLICY_PARAMS = "policy.eqx"
+POLICY_META = "policy.json"
+PARAMS_PREFIX = ".params"
+
+_META = "meta.json"
+_LEAF_DIR = "leaves/"
+_NAME = re.compile(r"^ckpt_(\d{8,})\.ckpt$")
+_TEMP_SUFFIX = ".tmp"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used here; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """What the parameters' shapes depend on; a checkpoint must match it to be resumed."""
+
+    hidden_dim: int
+    num_layers: int
+    obs_size: int
+    num_actions: int
+
+    def mismatches(self, wanted: "Architecture") -> list[str]:
+        """Each field where this (the checkpoint's) differs from `wanted` (the run's)."""
+        return [
+            f"{field.name}: checkpoint has {getattr(self, field.name)}, "
+            f"this run has {getattr(wanted, field.name)}"
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != getattr(wanted, field.name)
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the environments were spread; a change re-initialises optimizer and env state."""
+
+    num_envs: int
+    num_devices: int
+    num_processes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointMeta:
+    """Everything about a checkpoint but its arrays.
+
+    `leaves` maps each array's key path to `(shape, dtype name)`; `env` identifies the
+    environment (`hm.train.envs.describe`).
+    """
+
+    game_version: int
+    architecture: Architecture
+    layout: Layout
+    update: int
+    env_steps: int
+    config: dict[str, Any]
+    run_name: str
+    leaves: dict[str, tuple[tuple[int, ...], str]]
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    saved_at: str = ""
+    format: str = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CheckpointMeta":
+        raw = json.loads(text)
+        if raw.get("format") != FORMAT:
+            raise CheckpointError(f"unknown checkpoint format {raw.get('format')!r}, expected {FORMAT!r}")
+        raw["architecture"] = Architecture(**raw["architecture"])
+        raw["layout"] = Layout(**raw["layout"])
+        raw["leaves"] = {name: (tuple(shape), dtype) for name, (shape, dtype) in raw["leaves"].items()}
+        return cls(**raw)
+
+
+def refusal_reasons(
+    meta: CheckpointMeta, architecture: Architecture, game_version: int, env: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Why a checkpoint cannot continue this run (empty when it can)."""
+    reasons = meta.architecture.mismatches(architecture)
+    if meta.game_version != game_version:
+        reasons.append(
+            f"game version: checkpoint was trained on rules version {meta.game_version}, "
+            f"this code implements version {game_version}"
+        )
+    if env is not None and meta.env and dict(meta.env) != dict(env):
+        differ = sorted(key for key in meta.env.keys() | env.keys() if meta.env.get(key) != env.get(key))
+        reasons.append(
+            "environment: " + ", ".join(f"{key} was {meta.env.get(key)!r}, now {env.get(key)!r}" for key in differ)
+        )
+    return reasons
+
+
+# Paths.
+
+
+def checkpoint_path(directory: Path, update: int) -> Path:
+    return Path(directory) / f"ckpt_{update:08d}.ckpt"
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Complete checkpoints in `directory`, oldest first (temporary files are not listed)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def find_checkpoint(path: Path) -> Path:
+    """The checkpoint `--resume PATH` means: the file itself, or a run directory's latest.
+
+    Raises:
+        CheckpointError: nothing to resume from at `path`.
+    """
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    for directory in (path / CHECKPOINTS_DIR, path):
+        if found := list_checkpoints(directory):
+            return found[-1]
+    raise CheckpointError(f"{path} holds no checkpoint (looked for {CHECKPOINTS_DIR}/ckpt_*.ckpt)")
+
+
+# Writing.
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write `path` so that it is either complete or absent, never torn.
+
+    The data goes to a temporary file in the same directory (so the rename stays on one
+    file system), is fsynced, renamed over `path`, and the directory is fsynced so the
+    rename itself survives a power cut.
+    """
+    path = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems (network mounts) cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def save(directory: Path, arrays: Mapping[str, np.ndarray], meta: CheckpointMeta, keep: int = KEEP_LAST) -> Path:
+    """Write one checkpoint atomically, then delete all but the newest `keep`.
+
+    Args:
+        directory: the run's `checkpoints/` directory (created if missing).
+        arrays: host arrays by key path, as `tree_to_host` returns them.
+        meta: its `leaves` must describe `arrays`.
+        keep: how many checkpoints to keep, newest first.
+
+    Returns:
+        The checkpoint's path.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(directory)
+    path = checkpoint_path(directory, meta.update)
+    if not meta.saved_at:
+        meta = dataclasses.replace(meta, saved_at=datetime.datetime.now().astimezone().isoformat(timespec="seconds"))
+
+    def write(file: BinaryIO) -> None:
+        with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            archive.writestr(_META, meta.to_json())
+            for name, array in arrays.items():
+                with archive.open(_LEAF_DIR + name + ".npy", "w", force_zip64=True) as entry:
+                    np.lib.format.write_array(entry, np.asarray(array), allow_pickle=False)
+
+    atomic_write(path, write)
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Temporaries left by a writer that died mid-write (only one process writes a run)."""
+    for path in directory.iterdir():
+        if path.name.startswith(".ckpt_") and path.name.endswith(_TEMP_SUFFIX):
+            path.unlink(missing_ok=True)
+
+
+# Reading.
+
+
+def read_meta(path: Path) -> CheckpointMeta:
+    """The meta of a checkpoint, without reading its arrays."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return CheckpointMeta.from_json(archive.read(_META).decode())
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is not a readable hm checkpoint ({error})") from error
+
+
+def read_arrays(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, np.ndarray]:
+    """The arrays of a checkpoint whose key path starts with `prefix` (or one of them)."""
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for entry in archive.namelist():
+                name = entry[len(_LEAF_DIR) : -len(".npy")]
+                if entry.startswith(_LEAF_DIR) and entry.endswith(".npy") and name.startswith(prefix):
+                    with archive.open(entry) as file:
+                        arrays[name] = np.lib.format.read_array(file, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError) as error:
+        raise CheckpointError(f"{path} is damaged ({error})") from error
+    return arrays
+
+
+# Between device trees and host arrays.
+
+
+def _is_array(leaf: Any) -> bool:
+    """An array, or the `jax.ShapeDtypeStruct` standing for one in a template."""
+    return eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct)
+
+
+def _array_leaves(tree: Any) -> list[tuple[str, Any]]:
+    """(key path, leaf) for every array leaf; functions and other static leaves are skipped."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat if _is_array(leaf)]
+
+
+def tree_on_host(tree: Any) -> Any:
+    """`tree` with every array leaf fetched to numpy (a collective on many hosts)."""
+    arrays, static = eqx.partition(tree, eqx.is_array)
+    return eqx.combine(to_host(arrays), static)
+
+
+def tree_to_host(tree: Any) -> dict[str, np.ndarray]:
+    """Every array leaf of `tree` as a host array, by key path.
+
+    Every process must call this (arrays sharded over hosts are gathered collectively);
+    only the writer uses the result. Typed PRNG keys are not supported: a state keeps
+    raw key data (`jax.random.key_data`).
+    """
+    return {name: to_host(leaf) for name, leaf in _array_leaves(tree)}
+
+
+def leaf_table(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {name: (tuple(array.shape), array.dtype.name) for name, array in arrays.items()}
+
+
+def all_finite(arrays: Mapping[str, np.ndarray]) -> bool:
+    """No NaN or inf in any floating array: a checkpoint is only written from a good state."""
+    return all(
+        bool(np.isfinite(array).all())
+        for array in arrays.values()
+        if np.issubdtype(array.dtype, np.floating) or array.dtype.name == "bfloat16"
+    )
+
+
+def mismatched_leaves(like: Any, meta: CheckpointMeta, prefix: str | tuple[str, ...] = "") -> list[str]:
+    """Leaves under `prefix` whose presence, shape or dtype differ between `like` and `meta`."""
+    problems = []
+    wanted = {
+        name: (tuple(leaf.shape), np.dtype(leaf.dtype).name)
+        for name, leaf in _array_leaves(like)
+        if name.startswith(prefix)
+    }
+    stored = {name: spec for name, spec in meta.leaves.items() if name.startswith(prefix)}
+    for name in sorted(wanted.keys() | stored.keys()):
+        if name not in stored:
+            problems.append(f"{name}: missing from the checkpoint")
+        elif name not in wanted:
+            problems.append(f"{name}: in the checkpoint but not in this run's state")
+        elif wanted[name] != stored[name]:
+            problems.append(f"{name}: checkpoint has {stored[name]}, this run has {wanted[name]}")
+    return problems
+
+
+def fill(template: Any, arrays: Mapping[str, np.ndarray], prefix: str | tuple[str, ...] = "") -> Any:
+    """`template` with its array leaves under `prefix` replaced by `arrays` (host arrays).
+
+    `template` may be a real state or its abstract shapes; leaves outside `prefix` and
+    non-array leaves are kept. Place the result on devices with `hm.train.mesh.to_global`.
+    """
+
+    def replace(path, leaf):
+        name = jax.tree_util.keystr(path)
+        if _is_array(leaf) and name.startswith(prefix):
+            return arrays[name]
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(replace, template)
+
+
+# The exported policy.
+
+
+def export_policy(run_dir: Path, params: Any, description: Mapping[str, Any]) -> Path:
+    """Write the parameters alone (`policy.eqx`) and what they are (`policy.json`).
+
+    `policy.eqx` is `equinox.tree_serialise_leaves` of `params`; `policy.json` holds the
+    architecture and provenance needed to build a `like` tree and read it back. Call on
+    the writing process with parameters from `tree_on_host`.
+    """
+    run_dir = Path(run_dir)
+    atomic_write(run_dir / POLICY_PARAMS, lambda file: eqx.tree_serialise_leaves(file, params))
+    text = json.dumps({"format": POLICY_FORMAT, **description}, indent=1, sort_keys=True) + "\n"
+    atomic_write(run_dir / POLICY_META, lambda file: file.write(text.encode()))
+    return run_dir / POLICY_PARAMS
+
+
+def load_policy(run_dir: Path) -> Any:
+    """The exported policy of a run: a `hm.train.network.Network` with its trained weights.
+
+    Raises:
+        CheckpointError: no policy there, or one for other rules or another format.
+    """
+    from hm.game.constants import GAME_VERSION
+    from hm.train.network import Network
+
+    run_dir = Path(run_dir)
+    try:
+        description = json.loads((run_dir / POLICY_META).read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{run_dir / POLICY_META}: cannot read the policy description ({error})") from error
+    if description.get("format") != POLICY_FORMAT:
+        raise CheckpointError(f"{run_dir / POLICY_META}: unknown format {description.get('format')!r}")
+    if description["game_version"] != GAME_VERSION:
+        raise CheckpointError(
+            f"{run_dir}: policy was trained on rules version {description['game_version']}, "
+            f"this code implements version {GAME_VERSION}"
+        )
+    like = Network(
+        description["obs_size"],
+        description["num_actions"],
+        description["hidden_dim"],
+        description["num_layers"],
+        key=jax.random.key(0),
+    )
+    return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)

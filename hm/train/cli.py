@@ -1,0 +1,115 @@
+"""`bin/train`: the command line of the trainer (flags -> `TrainConfig` + `RunOptions`).
+
+Only parsing lives here; the run is `hm.train.run`. Defaults come from `TrainConfig` and
+`RunOptions`, so there is one place for each. Bad input exits with code 2 and a message
+naming the flag and its allowed range, never a traceback.
+"""
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from tap import Tap
+
+from hm.train.checkpoint import CheckpointError
+from hm.train.config import ConfigError, TrainConfig
+from hm.train.run import DEFAULT_COMPILE_CACHE, RunError, RunOptions, Trainer, run
+
+_CONFIG = TrainConfig()
+_OPTIONS = RunOptions()
+
+
+class TrainArgs(Tap):
+    """Train a PPO agent on HackMatrix. Everything of a run goes to RUNS_DIR/RUN_NAME/:
+    config.json, TensorBoard events, checkpoints/, and the final policy.eqx + policy.json.
+    Exit codes: 0 done, 1 stopped on NaN/inf (last good checkpoint kept), 2 bad input,
+    128+N stopped by signal N (SIGTERM/SIGINT: a checkpoint is saved first)."""
+
+    num_envs: int = _CONFIG.num_envs  # Parallel games, over all devices together (>= 1, a multiple of the device count).
+    num_steps: int = _CONFIG.num_steps  # Rollout length per update, in steps per game (>= 1).
+    total_timesteps: int = _CONFIG.total_timesteps  # Env steps to train for (>= one batch: num_envs x num_steps).
+    lr: float | None = _CONFIG.lr  # Adam learning rate in (0, 1]; default: auto-scaled with the batch.
+    gamma: float = _CONFIG.gamma  # Discount factor in [0, 1].
+    gae_lambda: float = _CONFIG.gae_lambda  # GAE lambda in [0, 1].
+    num_minibatches: int | None = _CONFIG.num_minibatches  # Minibatches per epoch (>= 1); default: batch / 8192 in [4, 64].
+    update_epochs: int | None = _CONFIG.update_epochs  # Epochs per update (>= 1); default: auto-scaled with the batch.
+    clip_eps: float = _CONFIG.clip_eps  # PPO clip range (> 0).
+    vf_coef: float = _CONFIG.vf_coef  # Value-loss coefficient (>= 0).
+    ent_coef: float = _CONFIG.ent_coef  # Entropy-bonus coefficient (>= 0).
+    max_grad_norm: float = _CONFIG.max_grad_norm  # Global gradient-norm clip (> 0).
+    hidden_dim: int = _CONFIG.hidden_dim  # Width of the MLP's hidden layers (>= 1).
+    num_layers: int = _CONFIG.num_layers  # Hidden layers of the MLP (>= 1).
+    precision: Literal["auto", "f32", "bf16"] = _CONFIG.precision  # Compute precision; auto: bf16 on TPU/GPU, f32 on CPU.
+    seed: int = _CONFIG.seed  # Random seed in [0, 2^32 - 1].
+    max_episode_steps: int = _CONFIG.max_episode_steps  # Truncate (and bootstrap) episodes at this length (>= 1).
+    updates_per_call: int | None = _CONFIG.updates_per_call  # PPO updates fused into one compiled call (>= 1); default: auto.
+    devices: int | None = _CONFIG.devices  # Use only the first N devices (1..available); default: all.
+    log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
+    save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
+    save_interval: int | None = _OPTIONS.save_interval  # Checkpoint every N updates instead of by time (>= 1).
+    runs_dir: Path = _OPTIONS.runs_dir  # Directory that holds one sub-directory per run.
+    run_name: str | None = _OPTIONS.run_name  # Name of the run's directory; default: the start time, e.g. 20261122-031500.
+    run_suffix: str | None = _OPTIONS.run_suffix  # Appended to the run name as -SUFFIX.
+    resume: Path | None = _OPTIONS.resume  # Continue from a checkpoint file, or a run directory's latest checkpoint.
+    compile_cache: str = str(DEFAULT_COMPILE_CACHE)  # Persistent JAX compilation cache directory ('' turns it off).
+    coordinator_address: str | None = _OPTIONS.coordinator_address  # Multi-host: host:port of process 0 (automatic on TPU pods).
+    num_processes: int | None = _OPTIONS.num_processes  # Multi-host: number of processes (automatic on TPU pods).
+    process_id: int | None = _OPTIONS.process_id  # Multi-host: this process's index in [0, num_processes).
+    no_progress: bool = False  # Draw no progress bar (console lines are still printed).
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("underscores_to_dashes", True)
+        super().__init__(*args, **kwargs)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)})
+
+    def run_options(self) -> RunOptions:
+        return RunOptions(
+            runs_dir=self.runs_dir,
+            run_name=self.run_name,
+            run_suffix=self.run_suffix,
+            resume=self.resume,
+            log_interval=self.log_interval,
+            save_interval_minutes=self.save_interval_minutes,
+            save_interval=self.save_interval,
+            compile_cache=Path(self.compile_cache) if self.compile_cache else None,
+            coordinator_address=self.coordinator_address,
+            num_processes=self.num_processes,
+            process_id=self.process_id,
+            progress=not self.no_progress,
+        )
+
+
+def explicit_fields(argv: Sequence[str]) -> frozenset[str]:
+    """The config fields named on the command line (`--num-envs 8` -> `num_envs`).
+
+    On `--resume` these override the checkpoint's config; the rest come from it.
+    """
+    return frozenset(
+        token[2:].split("=", 1)[0].replace("-", "_") for token in argv if token.startswith("--") and len(token) > 2
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv`, set the run up and train; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = TrainArgs(prog="bin/train")
+    args = parser.parse_args(argv)
+    try:
+        trainer = Trainer(
+            args.train_config(),
+            args.run_options(),
+            explicit=explicit_fields(argv) if args.resume is not None else None,
+        )
+    except ConfigError as error:
+        parser.error(error.message)
+    except (CheckpointError, RunError) as error:
+        parser.error(str(error))
+    return run(trainer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""Training configuration: the user's choices, their validation, and auto-scaling.
+
+`TrainConfig` holds exactly what the user may set (the command line maps `--kebab-case`
+flags onto these fields; `None` means "choose for me"). `resolve` turns it into a
+`ResolvedConfig` in which every value is concrete, applying the auto-scaling rules of
+issue 3, and `validate` checks every field up front, raising `ConfigError` with a
+message that names the flag and its allowed range.
+
+Auto-scaling (when the user leaves a value unset). The reference batch is
+256 envs x 128 steps = 32,768 samples with 4 minibatches x 4 epochs at lr 2.5e-4.
+For a larger batch, `scale = batch / 32768`:
+
+* `num_minibatches ~= batch / 8192` (minibatches stay near 8,192 samples), clamped to
+  [4, 64] and rounded to a count that splits the batch evenly over the devices;
+* `update_epochs = max(2, 4 // scale)`;
+* `lr = 2.5e-4 * 16 / (num_minibatches * update_epochs)` -- large PPO batches take a
+  smaller step (6.25e-5 at 2048 envs), keeping the total movement per sample constant.
+
+At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
+value always wins.
+"""
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+REFERENCE_BATCH = 256 * 128
+REFERENCE_MINIBATCHES = 4
+REFERENCE_EPOCHS = 4
+REFERENCE_LR = 2.5e-4
+TARGET_MINIBATCH = 8192
+MIN_MINIBATCHES, MAX_MINIBATCHES = 4, 64
+# Auto `updates_per_call` fuses updates until one call covers about this many env
+# steps, so the host's per-call work (logging, checkpoints) is amortised for small
+# batches while large batches still report after every update.
+TARGET_STEPS_PER_CALL = 1 << 18
+# The per-call env-step count is reported as an int32.
+MAX_STEPS_PER_CALL = (1 << 31) - 1
+MAX_SEED = (1 << 32) - 1
+
+PRECISIONS = ("auto", "f32", "bf16")
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range. `flag` names the command-line flag."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(message)
+        self.flag = flag
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """What the user chooses. `None` means auto (see the module docstring)."""
+
+    num_envs: int = 2048
+    num_steps: int = 128
+    total_timesteps: int = 10_000_000
+    lr: float | None = None
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int | None = None
+    update_epochs: int | None = None
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.15
+    max_grad_norm: float = 0.5
+    hidden_dim: int = 256
+    num_layers: int = 2
+    precision: str = "auto"
+    seed: int = 0
+    max_episode_steps: int = 1000
+    updates_per_call: int | None = None
+    devices: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedConfig:
+    """Every value concrete: what the learner runs with, saved with the run.
+
+    `devices` is the number of devices used; `backend` the JAX platform it was resolved
+    for; `auto` names the fields whose values were chosen automatically.
+    """
+
+    num_envs: int
+    num_steps: int
+    total_timesteps: int
+    lr: float
+    gamma: float
+    gae_lambda: float
+    num_minibatches: int
+    update_epochs: int
+    clip_eps: float
+    vf_coef: float
+    ent_coef: float
+    max_grad_norm: float
+    hidden_dim: int
+    num_layers: int
+    precision: Literal["f32", "bf16"]
+    seed: int
+    max_episode_steps: int
+    updates_per_call: int
+    devices: int
+    backend: str
+    auto: tuple[str, ...] = ()
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per update: `num_envs * num_steps`."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def envs_per_device(self) -> int:
+        return self.num_envs // self.devices
+
+    @property
+    def num_updates(self) -> int:
+        """PPO updates in the run: `total_timesteps // batch_size`."""
+        return self.total_timesteps // self.batch_size
+
+    @property
+    def num_calls(self) -> int:
+        """Calls of the fused program, each `updates_per_call` updates (rounded up)."""
+        return -(-self.num_updates // self.updates_per_call)
+
+    @property
+    def steps_per_call(self) -> int:
+        return self.batch_size * self.updates_per_call
+
+
+def effective_devices(config: TrainConfig, available: int) -> int:
+    """The device count a run uses: `config.devices` if set, else all available."""
+    return available if config.devices is None else config.devices
+
+
+def _auto_minibatches(batch: int, devices: int) -> int:
+    """Minibatch count in [4, 64] nearest to batch/8192 that splits evenly over devices.
+
+    The minibatch is near 8,192 samples; among the counts that divide the batch into
+    equal per-device shares, the one whose minibatch size is closest to 8,192 wins
+    (the larger count on a tie). If none does, `batch // 8192` clamped is returned
+    and `validate` reports it.
+    """
+    if batch <= REFERENCE_BATCH:
+        return REFERENCE_MINIBATCHES
+    fits = [m for m in range(MIN_MINIBATCHES, MAX_MINIBATCHES + 1) if batch % (m * devices) == 0]
+    if not fits:
+        return min(MAX_MINIBATCHES, max(MIN_MINIBATCHES, batch // TARGET_MINIBATCH))
+    return min(fits, key=lambda m: (abs(batch / m - TARGET_MINIBATCH), -m))
+
+
+def _auto_epochs(batch: int) -> int:
+    if batch <= REFERENCE_BATCH:
+        return REFERENCE_EPOCHS
+    return max(2, int(REFERENCE_EPOCHS // (batch / REFERENCE_BATCH)))
+
+
+def _auto_lr(batch: int, num_minibatches: int, update_epochs: int) -> float:
+    if batch <= REFERENCE_BATCH:
+        return REFERENCE_LR
+    return REFERENCE_LR * REFERENCE_MINIBATCHES * REFERENCE_EPOCHS / (num_minibatches * update_epochs)
+
+
+def _auto_updates_per_call(batch: int, num_updates: int) -> int:
+    target = max(1, TARGET_STEPS_PER_CALL // batch)
+    k = 1 << (target.bit_length() - 1)  # largest power of two <= target
+    return max(1, min(k, num_updates))
+
+
+def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConfig:
+    """Fill every auto value. `num_devices` is the number available (see `validate`).
+
+    Args:
+        config: the user's choices.
+        backend: JAX platform name ("cpu", "gpu", "tpu"); decides `precision="auto"`.
+        num_devices: devices available; the run uses `config.devices` of them if set.
+
+    Returns:
+        The concrete configuration. Call `validate` first: `resolve` does not check.
+    """
+    devices = effective_devices(config, num_devices)
+    batch = config.num_envs * config.num_steps
+    auto = []
+    minibatches = config.num_minibatches
+    if minibatches is None:
+        minibatches = _auto_minibatches(batch, devices)
+        auto.append("num_minibatches")
+    epochs = config.update_epochs
+    if epochs is None:
+        epochs = _auto_epochs(batch)
+        auto.append("update_epochs")
+    lr = config.lr
+    if lr is None:
+        lr = _auto_lr(batch, minibatches, epochs)
+        auto.append("lr")
+    precision = config.precision
+    if precision == "auto":
+        precision = "bf16" if backend in ("tpu", "gpu", "cuda", "rocm") else "f32"
+        auto.append("precision")
+    k = config.updates_per_call
+    if k is None:
+        k = _auto_updates_per_call(batch, max(1, config.total_timesteps // batch))
+        auto.append("updates_per_call")
+    if config.devices is None:
+        auto.append("devices")
+    fields = dataclasses.asdict(config)
+    fields.update(
+        lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
+        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto),
+    )
+    for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm"):
+        fields[name] = float(fields[name])
+    return ResolvedConfig(**fields)
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a config field: `num_envs` -> `--num-envs`."""
+    return "--" + name.replace("_", "-")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _check_int(config: TrainConfig, name: str, low: int, high: int | None = None, optional: bool = False):
+    value = getattr(config, name)
+    if optional and value is None:
+        return
+    span = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        raise ConfigError(flag(name), f"{flag(name)} must be {span}; got {value!r}")
+
+
+def _check_float(config: TrainConfig, name: str, low: float, high: float | None, *,
+                 low_open: bool = False, optional: bool = False):
+    """Check `low <= value <= high` (`low < value` if `low_open`; no upper bound if None)."""
+    value = getattr(config, name)
+    if optional and value is None:
+        return
+    if high is None:
+        span = f"a number {'>' if low_open else '>='} {low:g}"
+    else:
+        span = f"a number in {'(' if low_open else '['}{low:g}, {high:g}]"
+    ok = _is_number(value) and (value > low if low_open else value >= low)
+    ok = ok and (high is None or value <= high)
+    if not ok:
+        raise ConfigError(flag(name), f"{flag(name)} must be {span}; got {value!r}")
+
+
+def validate(config: TrainConfig, num_devices: int) -> None:
+    """Check every field; raise `ConfigError` naming the first bad flag and its range.
+
+    Args:
+        config: the user's choices.
+        num_devices: devices available to the run (all processes together). The run
+            uses `config.devices` of them when that is set.
+    """
+    _check_int(config, "devices", 1, num_devices, optional=True)
+    devices = effective_devices(config, num_devices)
+    if not _is_int(config.num_envs) or config.num_envs < 1 or config.num_envs % devices:
+        raise ConfigError(
+            "--num-envs",
+            f"--num-envs must be a positive multiple of the device count ({devices}); "
+            f"got {config.num_envs!r}")
+    _check_int(config, "num_steps", 1)
+    batch = config.num_envs * config.num_steps
+    if not _is_int(config.total_timesteps) or config.total_timesteps < batch:
+        raise ConfigError(
+            "--total-timesteps",
+            f"--total-timesteps must be at least one batch (--num-envs x --num-steps = "
+            f"{batch}); got {config.total_timesteps!r}")
+    _check_float(config, "lr", 0.0, 1.0, low_open=True, optional=True)
+    _check_float(config, "gamma", 0.0, 1.0)
+    _check_float(config, "gae_lambda", 0.0, 1.0)
+    _check_int(config, "num_minibatches", 1, optional=True)
+    minibatches = config.num_minibatches
+    if minibatches is None:
+        minibatches = _auto_minibatches(batch, devices)
+    if batch % (minibatches * devices):
+        how = "" if config.num_minibatches is not None else f" (chosen automatically: {minibatches})"
+        raise ConfigError(
+            "--num-minibatches",
+            f"--num-minibatches{how} must split the batch (--num-envs x --num-steps = {batch}) "
+            f"into minibatches whose size divides evenly over the {devices} device(s); "
+            f"pick a count m with {batch} % (m x {devices}) == 0")
+    _check_int(config, "update_epochs", 1, optional=True)
+    _check_float(config, "clip_eps", 0.0, None, low_open=True)
+    _check_float(config, "vf_coef", 0.0, None)
+    _check_float(config, "ent_coef", 0.0, None)
+    _check_float(config, "max_grad_norm", 0.0, None, low_open=True)
+    _check_int(config, "hidden_dim", 1)
+    _check_int(config, "num_layers", 1)
+    if config.precision not in PRECISIONS:
+        raise ConfigError(
+            "--precision", f"--precision must be one of {', '.join(PRECISIONS)}; got {config.precision!r}")
+    _check_int(config, "seed", 0, MAX_SEED)
+    _check_int(config, "max_episode_steps", 1)
+    _check_int(config, "updates_per_call", 1, optional=True)
+    k = config.updates_per_call
+    if k is None:
+        k = _auto_updates_per_call(batch, config.total_timesteps // batch)
+    if batch * k > MAX_STEPS_PER_CALL:
+        raise ConfigError(
+            "--updates-per-call",
+            f"--updates-per-call x --num-envs x --num-steps must be below 2^31 env steps "
+            f"per call; got {k} x {batch}")
+
+
+def to_dict(config: TrainConfig | ResolvedConfig) -> dict[str, Any]:
+    """Plain JSON-able dict of a config (tuples become lists)."""
+    out = dataclasses.asdict(config)
+    if "auto" in out:
+        out["auto"] = list(out["auto"])
+    return out
+
+
+def from_dict(data: dict[str, Any]) -> TrainConfig | ResolvedConfig:
+    """Inverse of `to_dict`: a `ResolvedConfig` if `data` has `backend`, else a `TrainConfig`.
+
+    Raises:
+        ValueError: on unknown or missing keys (a file from another version).
+    """
+    cls = ResolvedConfig if "backend" in data else TrainConfig
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys: {sorted(unknown)}")
+    data = dict(data)
+    if "auto" in data:
+        data["auto"] = tuple(data["auto"])
+    try:
+        return cls(**data)
+    except TypeError as error:
+        raise ValueError(f"bad {cls.__name__}: {error}") from None

@@ -1,0 +1,165 @@
+"""Training health: warnings a person should see while a run is still worth saving.
+
+`HealthMonitor.check` takes one update's metrics (the names `make_train_fn` reports) and
+returns the warnings they raise. It is plain Python over floats, so it is tested on
+synthetic metric streams. The rules, with the thresholds in `HealthThresholds`:
+
+* `ppo/approx_kl` above 0.08: the policy moves too far per update.
+* `ppo/clip_frac` above 0.35: most samples are clipped, the update is mostly wasted.
+* entropy collapsing: `loss/entropy` below a tenth of its early level, so the policy is
+  close to deterministic and has stopped exploring.
+* stall: `episode/length` rising while `episode/return` stays flat, the signature of an
+  agent that learned to survive (or dither) without progressing.
+* NaN or inf in any metric: fatal; the run stops and keeps its last good checkpoint.
+
+A warning that persists is repeated every `repeat_every` updates, not on every one.
+"""
+
+import collections
+import dataclasses
+import math
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthWarning:
+    """`kind` is a stable identifier; `fatal` means the run must stop."""
+
+    kind: str
+    message: str
+    fatal: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthThresholds:
+    max_approx_kl: float = 0.08
+    max_clip_frac: float = 0.35
+    # Entropy is "collapsing" below this fraction of its early level...
+    entropy_collapse_fraction: float = 0.1
+    # ...the early level being the largest of the first this many updates.
+    entropy_reference_updates: int = 5
+    # Stall: compare the older and newer halves of this many updates with episodes.
+    stall_window: int = 20
+    # Episode length grew by more than this fraction...
+    stall_length_rise: float = 0.25
+    # ...while return grew by at most this fraction of max(|older return|, 1).
+    stall_return_rise: float = 0.05
+    repeat_every: int = 50
+
+
+class HealthMonitor:
+    """Watches a stream of per-update metrics; keeps only the short history it needs."""
+
+    def __init__(self, thresholds: HealthThresholds = HealthThresholds()):
+        self.thresholds = thresholds
+        self._entropy_early: list[float] = []
+        self._episodes: collections.deque[tuple[float, float]] = collections.deque(maxlen=thresholds.stall_window)
+        self._since_warned: dict[str, int] = {}
+
+    def check(self, metrics: Mapping[str, float]) -> list[HealthWarning]:
+        """The warnings raised by one update's metrics, in a fixed order."""
+        bad = non_finite(metrics)
+        if bad:
+            listed = ", ".join(f"{name}={value}" for name, value in bad.items())
+            return [
+                HealthWarning(
+                    "non_finite",
+                    f"non-finite metrics ({listed}): stopping; the last good checkpoint is kept",
+                    fatal=True,
+                )
+            ]
+        found = [
+            self._gate(kind, message)
+            for kind, message in (
+                ("approx_kl", self._approx_kl(metrics)),
+                ("clip_frac", self._clip_frac(metrics)),
+                ("entropy_collapse", self._entropy(metrics)),
+                ("stall", self._stall(metrics)),
+            )
+        ]
+        return [warning for warning in found if warning is not None]
+
+    def _gate(self, kind: str, message: str | None) -> HealthWarning | None:
+        """Emit when a condition starts, then every `repeat_every` updates while it lasts."""
+        if message is None:
+            self._since_warned.pop(kind, None)
+            return None
+        since = self._since_warned.get(kind)
+        if since is None or since + 1 >= self.thresholds.repeat_every:
+            self._since_warned[kind] = 0
+            return HealthWarning(kind, message)
+        self._since_warned[kind] = since + 1
+        return None
+
+    def _approx_kl(self, metrics: Mapping[str, float]) -> str | None:
+        kl = metrics.get("ppo/approx_kl")
+        if kl is not None and kl > self.thresholds.max_approx_kl:
+            return (
+                f"ppo/approx_kl {kl:.3g} > {self.thresholds.max_approx_kl}: the policy moves too far per "
+                "update; lower --lr or --update-epochs, or raise --num-minibatches"
+            )
+        return None
+
+    def _clip_frac(self, metrics: Mapping[str, float]) -> str | None:
+        clip = metrics.get("ppo/clip_frac")
+        if clip is not None and clip > self.thresholds.max_clip_frac:
+            return (
+                f"ppo/clip_frac {clip:.3g} > {self.thresholds.max_clip_frac}: most samples are clipped; "
+                "lower --lr or --update-epochs"
+            )
+        return None
+
+    def _entropy(self, metrics: Mapping[str, float]) -> str | None:
+        entropy = metrics.get("loss/entropy")
+        if entropy is None:
+            return None
+        if len(self._entropy_early) < self.thresholds.entropy_reference_updates:
+            self._entropy_early.append(entropy)
+            return None
+        reference = max(self._entropy_early)
+        if reference > 0 and entropy < self.thresholds.entropy_collapse_fraction * reference:
+            return (
+                f"loss/entropy {entropy:.3g} fell below {self.thresholds.entropy_collapse_fraction:g} x its "
+                f"early level {reference:.3g}: the policy is collapsing; raise --ent-coef"
+            )
+        return None
+
+    def _stall(self, metrics: Mapping[str, float]) -> str | None:
+        length, episode_return = metrics.get("episode/length"), metrics.get("episode/return")
+        if length is None or episode_return is None or not has_episodes(metrics):
+            return None
+        self._episodes.append((length, episode_return))
+        if len(self._episodes) < self.thresholds.stall_window:
+            return None
+        half = self.thresholds.stall_window // 2
+        older, newer = list(self._episodes)[:half], list(self._episodes)[-half:]
+        length_old, length_new = _mean(p[0] for p in older), _mean(p[0] for p in newer)
+        return_old, return_new = _mean(p[1] for p in older), _mean(p[1] for p in newer)
+        longer = length_new > (1 + self.thresholds.stall_length_rise) * max(length_old, 1.0)
+        flat = return_new - return_old <= self.thresholds.stall_return_rise * max(abs(return_old), 1.0)
+        if longer and flat:
+            return (
+                f"episode/length rose {length_old:.1f} -> {length_new:.1f} while episode/return stayed "
+                f"{return_old:.3g} -> {return_new:.3g}: the agent is stalling"
+            )
+        return None
+
+
+def has_episodes(metrics: Mapping[str, float]) -> bool:
+    """Whether the episode/* means describe any finished episode (else they are 0/0)."""
+    return metrics.get("episode/count", 1.0) > 0
+
+
+def non_finite(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Metrics that are NaN or inf, ignoring episode means over zero finished episodes."""
+    skip_episodes = not has_episodes(metrics)
+    return {
+        name: value
+        for name, value in metrics.items()
+        if not math.isfinite(value) and not (skip_episodes and name.startswith("episode/"))
+    }
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)

@@ -1,0 +1,507 @@
+"""The learner: K whole PPO updates fused into one compiled, multi-device program.
+
+One call of the function from `make_train_fn` runs `updates_per_call` (K) updates:
+
+    scan over K updates:
+        draw one fresh game per env slot (the reset pool of this rollout)
+        scan over num_steps: policy forward, inverse-CDF sampling, env step,
+            truncation and auto-reset; store compact observations
+        value of the last observation; GAE by a reverse scan
+        scan over update_epochs: scan over num_minibatches: loss, gradient, Adam
+
+The host runs only between calls (logging, checkpoints). The program is a
+`jax.shard_map` over the "data" axis of the mesh: every device steps its share of the
+env slots and computes the gradient of the *global* mean loss (the loss is averaged
+over devices with `lax.pmean`, so the gradient of the replicated parameters is the
+global one and identical on every device). Parameters and optimizer state are
+replicated, env slots sharded. All randomness is keyed by global env slot and
+minibatch-group indices, so a run gives the same result (to float rounding) on any
+device count for the same global batch.
+
+TrainState fields (what a checkpoint holds; every leaf is a `jax.Array`):
+
+    params      Network: float32 master weights (replicated)
+    opt_state   optax state of clip_by_global_norm + Adam (replicated)
+    envs        VecEnvState, leading axis num_envs (sharded over "data"):
+                  state           the env's own state (GameState for HackMatrix)
+                  obs             f32[num_envs, obs]  current observation
+                  mask            bool[num_envs, actions]  current legal actions
+                  episode_return  f32[num_envs]  return so far of the running episode
+                  episode_length  i32[num_envs]  steps so far of the running episode
+    key         u32[2]: raw threefry key data; the next update's randomness
+    update      i32[]: PPO updates done
+    env_steps   u32[2]: env steps done, as (low, high) 32-bit words; see `total_env_steps`
+
+To checkpoint, fetch the leaves with `hm.train.mesh.to_host` (works on any process
+count) and serialise them, e.g. with `eqx.tree_serialise_leaves`. To restore, build a
+template with `abstract_train_state(resolved, env)`, deserialise into it, and place it
+with `hm.train.mesh.to_global(host_tree, train_state_shardings(template, mesh))`.
+
+Changing the batch layout (a different num_envs or device count): `reshard_for` keeps
+the parameters and counters, re-initialises the optimizer state and starts fresh games.
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxtyping import Array, Bool, Float, Int32, PRNGKeyArray, PyTree, UInt32
+
+from hm.train import distributions, ppo
+from hm.train.config import ResolvedConfig
+from hm.train.envs import AbstractEnv, FreshGames, HackMatrixEnv, VecEnvState, vector_fresh, vector_step
+from hm.train.mesh import DATA_AXIS, make_mesh, to_global, to_host
+from hm.train.network import Network, evaluate
+from hm.train.precision import cast_floating, compute_dtype
+
+
+class TrainState(eqx.Module):
+    """Everything a run carries from one call to the next (see the module docstring)."""
+
+    params: Network
+    opt_state: PyTree
+    envs: VecEnvState
+    key: UInt32[Array, "2"]
+    update: Int32[Array, ""]
+    env_steps: UInt32[Array, "2"]
+
+
+class Trajectory(eqx.Module):
+    """One rollout, leading axes [num_steps, envs]."""
+
+    obs: PyTree                          # compact observation (env.encode_obs)
+    mask: Bool[Array, "T n actions"]      # legal actions when sampling
+    action: Int32[Array, "T n"]
+    log_prob: Float[Array, "T n"]
+    value: Float[Array, "T n"]
+    reward: Float[Array, "T n"]
+    done: Bool[Array, "T n"]
+    truncated: Bool[Array, "T n"]
+    bootstrap_value: Float[Array, "T n"]  # value of the truncated state's observation
+
+
+class StepStats(eqx.Module):
+    """Sums over this device's env slots for one step (or a rollout)."""
+
+    episodes: Int32[Array, ""]
+    episode_return: Float[Array, ""]
+    episode_length: Float[Array, ""]
+    episode_stage: Float[Array, ""]
+    max_stage: Int32[Array, ""]
+    wins: Int32[Array, ""]
+    reward_terms: Float[Array, " terms"]
+    actions: Float[Array, " actions"]
+
+
+class Samples(eqx.Module):
+    """Training samples in minibatch-group layout, leading axes [groups, samples]."""
+
+    obs: PyTree
+    mask: Bool[Array, "G S actions"]
+    action: Int32[Array, "G S"]
+    log_prob: Float[Array, "G S"]
+    advantage: Float[Array, "G S"]
+    target: Float[Array, "G S"]
+
+
+def make_optimizer(config: ResolvedConfig) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam at a constant learning rate."""
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adam(config.lr, eps=1e-5))
+
+
+def _add_steps(counter: UInt32[Array, "2"], amount: int) -> UInt32[Array, "2"]:
+    low = counter[0] + jnp.uint32(amount)
+    high = counter[1] + (low < counter[0]).astype(jnp.uint32)
+    return jnp.stack([low, high])
+
+
+def total_env_steps(train_state: TrainState) -> int:
+    """The env-step counter as a Python int (host side)."""
+    low, high = (int(x) for x in to_host(train_state.env_steps))
+    return low + (high << 32)
+
+
+def _key(data: UInt32[Array, "2"]) -> PRNGKeyArray:
+    return jax.random.wrap_key_data(data, impl="threefry2x32")
+
+
+def _fold_in_each(key: PRNGKeyArray, ids: Int32[Array, " n"]) -> PRNGKeyArray:
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, ids)
+
+
+class Learner(eqx.Module):
+    """PPO with its hyper-parameters; pure methods on one device's share of the work.
+
+    `axis_name` is the mesh axis when running under `shard_map` (means become global,
+    env ids are offset by the device index); `None` runs on a single device without
+    collectives, which the unit tests use.
+    """
+
+    env: AbstractEnv
+    config: ResolvedConfig = eqx.field(static=True)
+    axis_name: str | None = eqx.field(static=True, default=None)
+
+    # --- layout -----------------------------------------------------------------------
+
+    @property
+    def local_envs(self) -> int:
+        return self.config.num_envs if self.axis_name is None else self.config.envs_per_device
+
+    @property
+    def group_size(self) -> int:
+        """Env slots per minibatch group (see `minibatch_indices`)."""
+        m, t = self.config.num_minibatches, self.config.num_steps
+        return m // math.gcd(m, t)
+
+    def _device_index(self) -> Int32[Array, ""]:
+        return jnp.int32(0) if self.axis_name is None else lax.axis_index(self.axis_name)
+
+    def env_ids(self) -> Int32[Array, " n"]:
+        """Global indices of this device's env slots."""
+        n = self.local_envs
+        return self._device_index() * n + jnp.arange(n, dtype=jnp.int32)
+
+    def _across_devices(self, stats: "StepStats") -> "StepStats":
+        """Totals over every device (the maximum for `max_stage`)."""
+        if self.axis_name is None:
+            return stats
+        max_stage = lax.pmax(stats.max_stage, self.axis_name)
+        stats = lax.psum(stats, self.axis_name)
+        return eqx.tree_at(lambda s: s.max_stage, stats, max_stage)
+
+    # --- pieces -----------------------------------------------------------------------
+
+    @property
+    def optimizer(self) -> optax.GradientTransformation:
+        return make_optimizer(self.config)
+
+    def init_params(self, key: PRNGKeyArray) -> Network:
+        return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
+                       self.config.num_layers, key=key)
+
+    def fresh_games(self, key: PRNGKeyArray) -> FreshGames:
+        """One new game per env slot of this device, keyed by global slot index."""
+        return vector_fresh(self.env, _fold_in_each(key, self.env_ids()))
+
+    def init_envs(self, key: PRNGKeyArray) -> VecEnvState:
+        fresh = self.fresh_games(key)
+        n = self.local_envs
+        return VecEnvState(state=fresh.state, obs=fresh.obs, mask=fresh.mask,
+                           episode_return=jnp.zeros((n,), jnp.float32),
+                           episode_length=jnp.zeros((n,), jnp.int32))
+
+    def truncation_values(self, params: Network, final_obs: Float[Array, "n obs"],
+                          truncated: Bool[Array, " n"]) -> Float[Array, " n"]:
+        """Values of the observations where episodes were truncated; 0 elsewhere.
+
+        Truncations are rare, so the network runs on a compacted handful of rows; if
+        more slots than that truncate in one step (all slots started together and
+        survived), it runs on all of them.
+        """
+        n = final_obs.shape[0]
+        capacity = min(n, 8 + -(-4 * n // self.config.max_episode_steps))
+        count = jnp.sum(truncated, dtype=jnp.int32)
+
+        # zeros_like keeps the device-varying type that lax.switch needs under shard_map
+        zeros = jnp.zeros_like(final_obs[:, 0])
+
+        def none():
+            return zeros
+
+        def few():
+            rows = jnp.nonzero(truncated, size=capacity, fill_value=0)[0]
+            _, values = evaluate(params, final_obs[rows], self.config.precision)
+            values = jnp.where(jnp.arange(capacity) < count, values, 0.0)
+            return zeros.at[rows].add(values)
+
+        def every():
+            _, values = evaluate(params, final_obs, self.config.precision)
+            return jnp.where(truncated, values, 0.0)
+
+        branch = jnp.where(count == 0, 0, jnp.where(count <= capacity, 1, 2))
+        return lax.switch(branch, (none, few, every))
+
+    def rollout(
+        self, params: Network, envs: VecEnvState, key: PRNGKeyArray
+    ) -> tuple[VecEnvState, Trajectory, StepStats]:
+        """`num_steps` steps of every env slot under the current policy."""
+        fresh_key, steps_key = jax.random.split(key)
+        fresh = self.fresh_games(fresh_key)
+        ids = self.env_ids()
+        policy_params = cast_floating(params, compute_dtype(self.config.precision))
+        num_actions = self.env.num_actions
+
+        def step(envs: VecEnvState, t):
+            action_key, env_key = jax.random.split(jax.random.fold_in(steps_key, t))
+            logits, value = evaluate(policy_params, envs.obs, self.config.precision)
+            uniform = jax.vmap(jax.random.uniform)(_fold_in_each(action_key, ids))
+            action = distributions.sample(logits, envs.mask, uniform)
+            log_prob = distributions.log_prob(logits, envs.mask, action)
+            new_envs, out = vector_step(self.env, envs, action, _fold_in_each(env_key, ids), fresh,
+                                        self.config.max_episode_steps)
+            bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
+            transition = Trajectory(
+                obs=jax.vmap(self.env.encode_obs)(envs.obs), mask=envs.mask, action=action,
+                log_prob=log_prob, value=value, reward=out.reward, done=out.done,
+                truncated=out.truncated, bootstrap_value=bootstrap)
+            finished = out.done | out.truncated
+            stats = StepStats(
+                episodes=jnp.sum(finished, dtype=jnp.int32),
+                episode_return=jnp.sum(jnp.where(finished, out.episode_return, 0.0)),
+                episode_length=jnp.sum(jnp.where(finished, out.episode_length, 0).astype(jnp.float32)),
+                episode_stage=jnp.sum(jnp.where(finished, out.info.stage, 0).astype(jnp.float32)),
+                max_stage=jnp.max(jnp.where(finished, out.info.stage, 0)),
+                wins=jnp.sum(finished & out.info.won, dtype=jnp.int32),
+                reward_terms=jnp.sum(out.info.reward_terms, axis=0),
+                actions=jnp.sum(jax.nn.one_hot(action, num_actions, dtype=jnp.float32), axis=0),
+            )
+            return new_envs, (transition, stats)
+
+        steps = jnp.arange(self.config.num_steps, dtype=jnp.int32)
+        envs, (trajectory, stats) = lax.scan(step, envs, steps)
+        totals = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
+        totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage))
+        return envs, trajectory, totals
+
+    def to_groups(self, x: Array) -> Array:
+        """[T, n, ...] -> [n/g, T*g, ...]: the samples of each group of g env slots."""
+        t, n = x.shape[:2]
+        g = self.group_size
+        x = x.reshape((t, n // g, g) + x.shape[2:])
+        x = jnp.moveaxis(x, 1, 0)
+        return x.reshape((n // g, t * g) + x.shape[3:])
+
+    def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
+        """This epoch's assignment of samples to minibatches.
+
+        The samples of each group of g consecutive env slots (g = M / gcd(M, T), 1 when
+        M divides T) are shuffled with a key of the group's global index; minibatch j
+        takes ranks [j*T*g/M, (j+1)*T*g/M) of every group. So every minibatch holds an
+        equal share of every device's samples (the gradient needs no data movement)
+        and its contents do not depend on the device count.
+        """
+        n, t, m = self.local_envs, self.config.num_steps, self.config.num_minibatches
+        g = self.group_size
+        groups, size = n // g, t * g
+        group_ids = self._device_index() * groups + jnp.arange(groups, dtype=jnp.int32)
+        perms = jax.vmap(lambda k: jax.random.permutation(k, size))(_fold_in_each(key, group_ids))
+        return jnp.transpose(perms.reshape(groups, m, size // m).astype(jnp.int32), (1, 0, 2))
+
+    def minibatch(self, samples: Samples, indices: Int32[Array, "G S"]) -> ppo.Minibatch:
+        def take(x):
+            picked = jax.vmap(lambda xg, ig: xg[ig])(x, indices)
+            return picked.reshape((-1,) + picked.shape[2:])
+
+        picked = jax.tree.map(take, samples)
+        return ppo.Minibatch(obs=jax.vmap(self.env.decode_obs)(picked.obs), mask=picked.mask,
+                             action=picked.action, log_prob=picked.log_prob,
+                             advantage=picked.advantage, target=picked.target)
+
+    def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch):
+        coefficients = ppo.LossCoefficients(clip_eps=self.config.clip_eps, vf_coef=self.config.vf_coef,
+                                            ent_coef=self.config.ent_coef)
+        grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
+        (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
+        metrics["ppo/grad_norm"] = ppo.global_norm(grads)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray):
+        """`update_epochs` passes over the samples, `num_minibatches` steps each."""
+
+        def epoch(carry, epoch_key):
+            def minibatch(carry, indices):
+                params, opt_state = carry
+                params, opt_state, metrics = self.gradient_step(params, opt_state, self.minibatch(samples, indices))
+                return (params, opt_state), metrics
+
+            return lax.scan(minibatch, carry, self.minibatch_indices(epoch_key))
+
+        keys = jax.random.split(key, self.config.update_epochs)
+        (params, opt_state), metrics = lax.scan(epoch, (params, opt_state), keys)
+        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+
+    # --- one update, one call -----------------------------------------------------------
+
+    def update(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        """One PPO update: rollout, GAE, epochs of minibatch steps."""
+        config = self.config
+        next_key, rollout_key, epochs_key = jax.random.split(_key(state.key), 3)
+        envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_key)
+        _, last_value = evaluate(state.params, envs.obs, config.precision)
+        advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
+                                      trajectory.truncated, trajectory.bootstrap_value, last_value,
+                                      config.gamma, config.gae_lambda)
+        samples = jax.tree.map(self.to_groups, Samples(
+            obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
+            log_prob=trajectory.log_prob, advantage=advantages, target=targets))
+        params, opt_state, metrics = self.train_epochs(state.params, state.opt_state, samples, epochs_key)
+        metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets, self.axis_name)
+        metrics["ppo/lr"] = jnp.float32(config.lr)
+        stats = self._across_devices(stats)
+        new_state = TrainState(params=params, opt_state=opt_state, envs=envs,
+                               key=jax.random.key_data(next_key), update=state.update + 1,
+                               env_steps=_add_steps(state.env_steps, config.batch_size))
+        return new_state, (metrics, stats)
+
+    def chunk(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        """`updates_per_call` updates; metrics averaged over them (episodes pooled)."""
+        config = self.config
+
+        state, (metrics, stats) = lax.scan(lambda s, _: self.update(s), state, None,
+                                           length=config.updates_per_call)
+        out = jax.tree.map(jnp.mean, metrics)
+        out.update(self._episode_metrics(stats))
+        out["env_steps"] = jnp.int32(config.steps_per_call)
+        return state, out
+
+    def _episode_metrics(self, stats: StepStats) -> dict[str, Array]:
+        total = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
+        count = total.episodes
+        denominator = jnp.maximum(count, 1).astype(jnp.float32)
+        steps = jnp.float32(self.config.steps_per_call)
+        out = {
+            "episode/count": count,
+            "episode/return": total.episode_return / denominator,
+            "episode/length": total.episode_length / denominator,
+            "episode/highest_stage": total.episode_stage / denominator,
+            "episode/max_stage": jnp.max(stats.max_stage),
+            "episode/win_rate": total.wins.astype(jnp.float32) / denominator,
+        }
+        for i, name in enumerate(self.env.reward_terms):
+            out[f"reward/{name}"] = total.reward_terms[i] / steps
+        out.update(self.env.action_metrics(total.actions / steps))
+        return out
+
+
+# --- building, placing and running -------------------------------------------------------
+
+
+def _as_key(key, seed: int) -> PRNGKeyArray:
+    if key is None:
+        return jax.random.key(seed, impl="threefry2x32")
+    if isinstance(key, int):
+        return jax.random.key(key, impl="threefry2x32")
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key, impl="threefry2x32")
+
+
+def _specs(state: TrainState) -> TrainState:
+    """PartitionSpecs: env slots split over the data axis, everything else replicated."""
+    replicated = jax.tree.map(lambda _: PartitionSpec(), state)
+    sharded = jax.tree.map(lambda _: PartitionSpec(DATA_AXIS), state.envs)
+    return eqx.tree_at(lambda s: s.envs, replicated, sharded)
+
+
+def train_state_shardings(state: TrainState, mesh: Mesh) -> TrainState:
+    """A tree of `NamedSharding`s matching `state` (or its abstract template)."""
+    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), _specs(state))
+
+
+def _params_and_opt_state(learner: Learner, key_data: UInt32[Array, "2"]) -> tuple[Network, PyTree]:
+    params = learner.init_params(_key(key_data))
+    return params, learner.optimizer.init(params)
+
+
+def abstract_train_state(resolved: ResolvedConfig, env: AbstractEnv | None = None) -> TrainState:
+    """The shapes and dtypes of a TrainState (`jax.ShapeDtypeStruct` leaves): a template."""
+    learner = Learner(env=env if env is not None else HackMatrixEnv(), config=resolved)
+
+    def build(key_data):
+        params, opt_state = _params_and_opt_state(learner, key_data)
+        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(_key(key_data)),
+                          key=key_data, update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
+
+    return jax.eval_shape(build, jax.ShapeDtypeStruct((2,), jnp.uint32))
+
+
+def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
+         mesh: Mesh | None = None) -> TrainState:
+    """A new TrainState on the mesh: fresh network, optimizer state and games.
+
+    Every process of a multi-host run calls this with the same arguments and gets the
+    same global arrays; each device starts the games of its own env slots.
+
+    Args:
+        resolved: the run's configuration.
+        key: a PRNG key, raw key data or an int seed; default `resolved.seed`.
+        env: default `HackMatrixEnv()`.
+        mesh: default `make_mesh(resolved.devices)`.
+    """
+    env = env if env is not None else HackMatrixEnv()
+    mesh = mesh if mesh is not None else make_mesh(resolved.devices)
+    learner = Learner(env=env, config=resolved)
+    template = abstract_train_state(resolved, env)
+    shardings = train_state_shardings(template, mesh)
+    keys = jax.random.split(_as_key(key, resolved.seed), 3)
+    params_key, envs_key, run_key = (to_global(jax.random.key_data(k), shardings.key) for k in keys)
+    params, opt_state = jax.jit(
+        lambda k: _params_and_opt_state(learner, k),
+        out_shardings=(shardings.params, shardings.opt_state))(params_key)
+    sharded_learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
+    env_specs = jax.tree.map(lambda _: PartitionSpec(DATA_AXIS), template.envs)
+    start_games = jax.shard_map(lambda k: sharded_learner.init_envs(_key(k)), mesh=mesh,
+                                in_specs=(PartitionSpec(),), out_specs=env_specs)
+    return TrainState(
+        params=params, opt_state=opt_state, envs=jax.jit(start_games)(envs_key), key=run_key,
+        update=to_global(np.int32(0), shardings.update),
+        env_steps=to_global(np.zeros((2,), np.uint32), shardings.env_steps),
+    )
+
+
+def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
+                env: AbstractEnv | None = None, mesh: Mesh | None = None) -> TrainState:
+    """Continue with a different batch layout (num_envs, device or host count).
+
+    Keeps the parameters and the update and env-step counters; re-initialises the
+    optimizer state (its moments were tuned to the old batch) and starts fresh games;
+    draws a new run key from `key` (default: `resolved.seed` folded with the update
+    count, so a resumed run does not repeat its earlier randomness).
+    """
+    env = env if env is not None else HackMatrixEnv()
+    mesh = mesh if mesh is not None else make_mesh(resolved.devices)
+    host = to_host((train_state.params, train_state.update, train_state.env_steps))
+    params, update, env_steps = host
+    if key is None:
+        key = jax.random.fold_in(jax.random.key(resolved.seed, impl="threefry2x32"), int(update))
+    fresh = init(resolved, key, env=env, mesh=mesh)
+    shardings = train_state_shardings(fresh, mesh)
+    params = to_global(params, shardings.params)
+    learner = Learner(env=env, config=resolved)
+    opt_state = jax.jit(learner.optimizer.init, out_shardings=shardings.opt_state)(params)
+    return TrainState(params=params, opt_state=opt_state, envs=fresh.envs, key=fresh.key,
+                      update=to_global(update, shardings.update),
+                      env_steps=to_global(env_steps, shardings.env_steps))
+
+
+def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh: Mesh | None = None):
+    """The fused training program: `train_chunk(train_state) -> (train_state, metrics)`.
+
+    One call runs `resolved.updates_per_call` PPO updates on every device of `mesh`.
+    The input TrainState is donated: use only the returned one afterwards. It compiles
+    on the first call and never again for the same shapes and shardings.
+
+    Metrics (replicated scalars): `loss/{total,policy,value,entropy}`,
+    `ppo/{approx_kl,clip_frac,explained_variance,grad_norm,lr}` averaged over every
+    minibatch step of the call; `episode/{return,length,highest_stage,win_rate}` means
+    over the episodes that finished during the call (`episode/count` of them; 0 when
+    none did), `episode/max_stage` the highest stage any of them reached;
+    `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env
+    steps (see the env's `action_metrics`); `env_steps` the env steps of this call.
+    """
+    env = env if env is not None else HackMatrixEnv()
+    mesh = mesh if mesh is not None else make_mesh(resolved.devices)
+    if mesh.devices.size != resolved.devices:
+        raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
+                         f"for {resolved.devices}")
+    learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
+    specs = _specs(abstract_train_state(resolved, env))
+    chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()))
+    return jax.jit(chunk, donate_argnums=0)

@@ -1,0 +1,562 @@
+"""The run loop: everything the host does between two fused training calls.
+
+`make_train_fn` returns one compiled call that runs K whole PPO updates on every device.
+A `Trainer` owns one run around it: the run directory, resuming, the call itself,
+metrics to TensorBoard and the console, health warnings, checkpoints on a timer and at
+the end, the exported policy. `run` is the loop with signal handling and exit codes;
+`bin/train` only parses flags and calls it.
+
+Every process of a multi-host run executes the same code: decisions that involve a
+collective (stop, save) are agreed on by all processes, and only process 0 writes files,
+logs and the progress bar.
+"""
+
+import dataclasses
+import datetime
+import math
+import re
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import jax
+import numpy as np
+
+from hm.game.constants import GAME_VERSION, NUM_ACTIONS, OBS_FLAT_SIZE
+from hm.train import checkpoint
+from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
+from hm.train.envs import describe
+from hm.train.health import HealthMonitor, HealthWarning, has_episodes
+from hm.train.logging import RunLogger, format_config, format_metrics_line, write_json
+from hm.train.mesh import to_host
+from hm.train.progress import ProgressBar, format_count, format_duration
+
+DEFAULT_COMPILE_CACHE = Path("~/.cache/hm/jax")
+DEFAULT_SAVE_MINUTES = 10.0
+CONFIG_FILE = "config.json"
+# What a resume with another batch layout keeps of a checkpoint (`reshard_for` needs these).
+KEPT_ON_LAYOUT_CHANGE = (checkpoint.PARAMS_PREFIX, ".update", ".env_steps")
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+EXIT_OK = 0
+EXIT_DIVERGED = 1
+EXIT_USAGE = 2
+
+
+class RunError(Exception):
+    """A run that cannot start as asked (bad directory, name taken); the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run is driven (none of it changes what is learned)."""
+
+    runs_dir: Path = Path("runs")
+    run_name: str | None = None
+    run_suffix: str | None = None
+    resume: Path | None = None
+    log_interval: int = 1
+    save_interval_minutes: float | None = None
+    save_interval: int | None = None
+    keep_checkpoints: int = checkpoint.KEEP_LAST
+    compile_cache: Path | None = DEFAULT_COMPILE_CACHE
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    progress: bool = True
+
+
+def validate_options(options: RunOptions) -> None:
+    """Raise `ConfigError(flag, message)` for the first driver option out of range."""
+    from hm.train.config import ConfigError
+
+    if options.log_interval < 1:
+        raise ConfigError("--log-interval", f"--log-interval must be an integer >= 1; got {options.log_interval!r}")
+    if options.save_interval is not None and options.save_interval < 1:
+        raise ConfigError("--save-interval", f"--save-interval must be an integer >= 1 (updates); got {options.save_interval!r}")
+    if options.save_interval_minutes is not None:
+        if options.save_interval is not None:
+            raise ConfigError("--save-interval", "give either --save-interval (updates) or --save-interval-minutes, not both")
+        if not (options.save_interval_minutes > 0 and math.isfinite(options.save_interval_minutes)):
+            raise ConfigError(
+                "--save-interval-minutes",
+                f"--save-interval-minutes must be a number > 0; got {options.save_interval_minutes!r}",
+            )
+    if options.keep_checkpoints < 1:
+        raise ConfigError("--keep-checkpoints", f"--keep-checkpoints must be an integer >= 1; got {options.keep_checkpoints!r}")
+    for flag, name in (("--run-name", options.run_name), ("--run-suffix", options.run_suffix)):
+        if name is not None and not RUN_NAME.match(name):
+            raise ConfigError(
+                flag, f"{flag} must be letters, digits, '.', '_' or '-', starting with a letter or digit; got {name!r}"
+            )
+    multi_host = (options.coordinator_address, options.num_processes, options.process_id)
+    if any(value is not None for value in multi_host) and not all(value is not None for value in multi_host):
+        raise ConfigError(
+            "--coordinator-address",
+            "--coordinator-address, --num-processes and --process-id go together: give all three "
+            "(or none: on a TPU pod slice they are found automatically)",
+        )
+    if options.num_processes is not None and options.num_processes < 1:
+        raise ConfigError("--num-processes", f"--num-processes must be an integer >= 1; got {options.num_processes!r}")
+    if options.process_id is not None:
+        if options.process_id < 0:
+            raise ConfigError("--process-id", f"--process-id must be an integer >= 0; got {options.process_id!r}")
+        if options.num_processes is not None and options.process_id >= options.num_processes:
+            raise ConfigError(
+                "--process-id",
+                f"--process-id must be in [0, {options.num_processes - 1}] for --num-processes "
+                f"{options.num_processes}; got {options.process_id!r}",
+            )
+    if options.resume is not None and not Path(options.resume).expanduser().exists():
+        raise ConfigError("--resume", f"--resume: {options.resume} does not exist")
+
+
+def configure_compile_cache(directory: Path | None) -> None:
+    """Turn on JAX's persistent compilation cache in `directory` (None: leave it off).
+
+    Every program is cached, however quick to compile: a restart then skips the
+    expensive fused-update compile entirely.
+    """
+    if directory is None:
+        return
+    from jax.experimental.compilation_cache import compilation_cache
+
+    directory = Path(directory).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    if jax.config.jax_compilation_cache_dir != str(directory):
+        jax.config.update("jax_compilation_cache_dir", str(directory))
+        # JAX opens its cache once per process, at the first compile: if anything
+        # compiled before (with no cache or another one), make it open this one.
+        compilation_cache.reset_cache()
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def make_run_name(run_name: str | None, run_suffix: str | None, now: datetime.datetime | None = None) -> str:
+    """`--run-name`, or the start time (`20261122-031500`); `-<suffix>` appended if given."""
+    name = run_name or (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return f"{name}-{run_suffix}" if run_suffix else name
+
+
+def new_run_dir(runs_dir: Path, name: str, automatic: bool) -> Path:
+    """A fresh directory for a new run. An explicit name that is taken is refused (never
+    mix two runs); an automatic one gets `-2`, `-3`... (two runs started the same second)."""
+    runs_dir = Path(runs_dir).expanduser()
+    candidate = runs_dir / name
+    if candidate.exists():
+        if not automatic:
+            raise RunError(f"run directory {candidate} already exists; pick another --run-name, or --resume {candidate}")
+        candidate = next(runs_dir / f"{name}-{n}" for n in range(2, 10_000) if not (runs_dir / f"{name}-{n}").exists())
+    return candidate
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    """A `TrainConfig` or `ResolvedConfig` as JSON-able values."""
+    from hm.train.config import to_dict
+
+    return to_dict(config)
+
+
+def split_updates(metrics: Mapping[str, Any], updates: int) -> list[dict[str, float]]:
+    """Per-update metric dicts from one call's metrics.
+
+    A metric with a leading axis of length `updates` gives one value per update; a
+    scalar stands for the whole call and is reported with its last update.
+    """
+    arrays = {name: np.asarray(value) for name, value in metrics.items()}
+    per_update = any(a.ndim == 1 and a.shape[0] == updates for a in arrays.values())
+    count = updates if per_update else 1
+    rows: list[dict[str, float]] = [{} for _ in range(count)]
+    for name, array in arrays.items():
+        if array.ndim == 1 and array.shape[0] == count:
+            for row, value in zip(rows, array):
+                row[name] = float(value)
+        else:
+            value = float(array.reshape(-1)[-1]) if array.size else float("nan")
+            for row in rows:
+                row[name] = value
+    return rows
+
+
+def loggable(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The metrics worth a TensorBoard point: episode means only when an episode finished
+    (they read 0 otherwise), and no per-call constants."""
+    skip_episodes = not has_episodes(metrics)
+    return {
+        name: value
+        for name, value in metrics.items()
+        if name != "env_steps" and not (skip_episodes and name.startswith("episode/") and name != "episode/count")
+    }
+
+
+def _any_process(flag: bool) -> bool:
+    """Whether `flag` holds on any process; all processes must call this together."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.asarray(multihost_utils.process_allgather(np.int32(flag))).max())
+
+
+class Trainer:
+    """One training run: set up (new or resumed), then `call()` until `done`.
+
+    Args:
+        config: the `TrainConfig` asked for.
+        options: how to drive the run.
+        env: the environment (default `HackMatrixEnv()`).
+        explicit: on resume, the config fields given explicitly; the others come from
+            the checkpoint. None: every field comes from `config`.
+        console: where console lines go (default stdout).
+
+    Raises:
+        ConfigError: a value out of range (names the flag).
+        CheckpointError: `--resume` names no usable checkpoint, or one that does not
+            match this run (architecture, game version).
+        RunError: the run directory cannot be used.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        options: RunOptions = RunOptions(),
+        env: Any = None,
+        explicit: frozenset[str] | None = None,
+        console: TextIO | None = None,
+    ):
+        from hm.train import HackMatrixEnv, init, make_mesh, make_train_fn, maybe_initialize_distributed, resolve, validate
+        from hm.train import total_env_steps
+
+        validate_options(options)
+        self.options = options
+        self._console = console if console is not None else sys.stdout
+        maybe_initialize_distributed(options.coordinator_address, options.num_processes, options.process_id)
+        self.process_index = jax.process_index()
+        self.is_writer = self.process_index == 0
+        self.env = env if env is not None else HackMatrixEnv()
+
+        resume_from, meta = None, None
+        if options.resume is not None:
+            resume_from = checkpoint.find_checkpoint(options.resume)
+            meta = checkpoint.read_meta(resume_from)
+            if explicit is not None:
+                stored = {name: value for name, value in meta.config.items() if name not in explicit}
+                config = dataclasses.replace(config, **{k: v for k, v in stored.items() if k in _fields(config)})
+
+        validate(config, jax.device_count())
+        self.config = config
+        configure_compile_cache(options.compile_cache)
+        self.resolved = resolve(config, jax.default_backend(), jax.device_count())
+        self.num_devices = self.resolved.devices
+        self.batch_size = config.num_envs * config.num_steps
+        self.updates_per_call = int(self.resolved.updates_per_call)
+        self.num_updates = self.resolved.num_updates
+        self.architecture = Architecture(config.hidden_dim, config.num_layers, OBS_FLAT_SIZE, NUM_ACTIONS)
+        self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
+        if meta is not None:
+            reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env))
+            if reasons:
+                raise CheckpointError(f"cannot resume from {resume_from}: " + "; ".join(reasons))
+
+        self.run_dir, self.run_name = self._choose_run_dir(resume_from)
+        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINTS_DIR
+        self.progress = ProgressBar(
+            self.num_updates * self.batch_size,
+            console=self._console,
+            enabled=self.is_writer,
+            live=options.progress,
+        )
+        self._say(f"run {self.run_name}: {self.run_dir}")
+        self._say(
+            f"devices: {self.num_devices} x {jax.default_backend()} "
+            f"({jax.process_count()} process{'es' if jax.process_count() > 1 else ''}, "
+            f"{config.num_envs // self.num_devices} envs per device)"
+        )
+        self._say(format_config("config (resolved):", self.resolved))
+
+        self.mesh = make_mesh(self.num_devices)
+        self.last_checkpoint: Path | None = None
+        if meta is None:
+            self.state = init(self.resolved, env=self.env, mesh=self.mesh)
+        else:
+            self.state = self._restore(resume_from, meta)
+            self.last_checkpoint = resume_from
+        self.update, self.env_steps = int(to_host(self.state.update)), total_env_steps(self.state)
+        self._train_fn = make_train_fn(self.resolved, self.env, self.mesh)
+
+        if self.is_writer:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(self.run_dir / CONFIG_FILE, self._describe(resume_from))
+        self.logger = RunLogger(self.run_dir, enabled=self.is_writer, purge_step=self.env_steps if meta else None)
+        self.logger.hparams(_fields(self.resolved))
+        self.health = HealthMonitor()
+        self.calls = 0
+        self.diverged = False
+        self.compile_seconds: float | None = None
+        self._saved_update = self.update
+        self._last_save_time = time.monotonic()
+        self._recent_return: float | None = None
+        self._started = time.monotonic()
+        self._steps_at_start = self.env_steps
+
+    # Setup.
+
+    def _choose_run_dir(self, resume_from: Path | None) -> tuple[Path, str]:
+        """Resuming continues in the checkpoint's own run directory, unless a new name is asked for."""
+        options = self.options
+        if resume_from is not None and options.run_name is None and options.run_suffix is None:
+            if resume_from.parent.name == checkpoint.CHECKPOINTS_DIR:
+                run_dir = resume_from.parent.parent
+                return run_dir, run_dir.name
+        name = make_run_name(options.run_name, options.run_suffix)
+        run_dir = new_run_dir(options.runs_dir, name, automatic=options.run_name is None)
+        return run_dir, run_dir.name
+
+    def _restore(self, path: Path, meta: CheckpointMeta) -> Any:
+        """The state to continue from `path`: exactly its state when the batch layout is
+        the same, else its weights and counters with fresh optimizer state and games."""
+        from hm.train import abstract_train_state, reshard_for, to_global, train_state_shardings
+
+        template = abstract_train_state(self.resolved, self.env)
+        param_problems = checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX)
+        if param_problems:
+            raise CheckpointError(f"cannot resume from {path}: parameters differ: " + "; ".join(param_problems))
+        where = f"{path} (update {meta.update}, {format_count(meta.env_steps)} steps)"
+        if meta.layout == self.layout:
+            problems = checkpoint.mismatched_leaves(template, meta)
+            if not problems:
+                host = checkpoint.fill(template, checkpoint.read_arrays(path))
+                self._say(f"resumed from {where}")
+                return to_global(host, train_state_shardings(template, self.mesh))
+            why = "its optimizer or environment state does not fit this run: " + "; ".join(problems[:3])
+        else:
+            old, new = meta.layout, self.layout
+            why = "a new batch layout: " + ", ".join(
+                f"{what} {a} -> {b}"
+                for what, a, b in (
+                    ("num_envs", old.num_envs, new.num_envs),
+                    ("devices", old.num_devices, new.num_devices),
+                    ("processes", old.num_processes, new.num_processes),
+                )
+                if a != b
+            )
+        kept = checkpoint.read_arrays(path, prefix=KEPT_ON_LAYOUT_CHANGE)
+        host = checkpoint.fill(template, kept, prefix=KEPT_ON_LAYOUT_CHANGE)
+        self._say(
+            f"resumed weights from {where} with {why}; weights and counters kept, "
+            "optimizer state and environments re-initialised"
+        )
+        return reshard_for(host, self.resolved, env=self.env, mesh=self.mesh)
+
+    def _describe(self, resume_from: Path | None) -> dict[str, Any]:
+        return {
+            "config": _fields(self.config),
+            "resolved": _fields(self.resolved),
+            "run": {
+                "name": self.run_name,
+                "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                "resumed_from": str(resume_from) if resume_from else None,
+                "backend": jax.default_backend(),
+                "num_devices": self.num_devices,
+                "num_processes": jax.process_count(),
+                "game_version": GAME_VERSION,
+                "jax_version": jax.__version__,
+                "argv": sys.argv,
+            },
+        }
+
+    # The loop body.
+
+    @property
+    def done(self) -> bool:
+        return self.update >= self.num_updates or self.diverged
+
+    def call(self) -> list[dict[str, float]]:
+        """Run one fused call (K updates), then log, check health and save if due.
+
+        Returns the per-update metrics. Sets `diverged` (and saves nothing) when a
+        metric is NaN or inf.
+        """
+        started = time.perf_counter()
+        self.state, metrics = self._train_fn(self.state)
+        rows = split_updates(to_host(metrics), self.updates_per_call)
+        seconds = time.perf_counter() - started
+        self.calls += 1
+        first_update, steps_before = self.update, self.env_steps
+        self.update += self.updates_per_call
+        self.env_steps += self.updates_per_call * self.batch_size
+        rate = None
+        if self.calls == 1:
+            self.compile_seconds = seconds
+            self._say(f"first call (compile + {self.updates_per_call} updates): {seconds:.1f} s")
+        else:
+            rate = self.updates_per_call * self.batch_size / seconds
+        interval = self.options.log_interval
+        stride = self.updates_per_call // len(rows)
+        logged_any = False
+        for index, row in enumerate(rows):
+            update = first_update + (index + 1) * stride
+            steps = steps_before + (update - first_update) * self.batch_size
+            if rate is not None:
+                row["perf/steps_per_sec"] = rate
+                row["perf/steps_per_sec_per_device"] = rate / self.num_devices
+            for warning in self.health.check(row):
+                self._warn(warning, update, steps)
+                self.diverged |= warning.fatal
+            if has_episodes(row) and math.isfinite(row.get("episode/return", math.nan)):
+                self._recent_return = row["episode/return"]
+            if (update - stride) // interval != update // interval or update >= self.num_updates:
+                self.logger.scalars(loggable(row), steps)
+                logged_any = True
+        if logged_any or self.diverged:
+            self.progress.print(format_metrics_line(self.update, self.env_steps, loggable(rows[-1]), self.num_devices))
+        self.progress.update(self.env_steps, rate, self._recent_return)
+        return rows
+
+    def _warn(self, warning: HealthWarning, update: int, step: int) -> None:
+        self.progress.print(f"warning [{warning.kind}] at update {update}: {warning.message}")
+        self.logger.text("health", f"[{warning.kind}] {warning.message}", step)
+
+    def _say(self, line: str) -> None:
+        self.progress.print(line)
+
+    # Checkpoints.
+
+    def save_due(self) -> bool:
+        """Whether a periodic checkpoint is due (agreed on by every process)."""
+        if self.update == self._saved_update:
+            due = False
+        elif self.options.save_interval is not None:
+            due = self._saved_update // self.options.save_interval != self.update // self.options.save_interval
+        else:
+            minutes = self.options.save_interval_minutes or DEFAULT_SAVE_MINUTES
+            due = time.monotonic() - self._last_save_time >= minutes * 60
+        return _any_process(due)
+
+    def save(self) -> Path | None:
+        """Checkpoint the whole state (all processes call; process 0 writes).
+
+        Returns the path, or None when nothing changed since the last checkpoint or the
+        state is not finite (a bad state never replaces a good checkpoint).
+        """
+        if self.update == self._saved_update and self.last_checkpoint is not None:
+            return self.last_checkpoint
+        arrays = checkpoint.tree_to_host(self.state)
+        if not checkpoint.all_finite(arrays):
+            self._say("not saving a checkpoint: the training state holds NaN or inf")
+            return None
+        path = checkpoint.checkpoint_path(self.checkpoint_dir, self.update)
+        if self.is_writer:
+            meta = CheckpointMeta(
+                game_version=GAME_VERSION,
+                architecture=self.architecture,
+                layout=self.layout,
+                update=self.update,
+                env_steps=self.env_steps,
+                config=_fields(self.config),
+                run_name=self.run_name,
+                leaves=checkpoint.leaf_table(arrays),
+                env=describe(self.env),
+            )
+            path = checkpoint.save(self.checkpoint_dir, arrays, meta, keep=self.options.keep_checkpoints)
+            self.logger.flush()
+        self._saved_update = self.update
+        self._last_save_time = time.monotonic()
+        self.last_checkpoint = path
+        return path
+
+    def export_policy(self) -> Path:
+        """Write `policy.eqx` (parameters only) and `policy.json` into the run directory."""
+        params = checkpoint.tree_on_host(self.state.params)
+        path = self.run_dir / checkpoint.POLICY_PARAMS
+        if self.is_writer:
+            checkpoint.export_policy(
+                self.run_dir,
+                params,
+                {
+                    "network": type(params).__module__ + "." + type(params).__qualname__,
+                    **dataclasses.asdict(self.architecture),
+                    "game_version": GAME_VERSION,
+                    "precision": getattr(self.resolved, "precision", None),
+                    "run_name": self.run_name,
+                    "update": self.update,
+                    "env_steps": self.env_steps,
+                    "config": _fields(self.config),
+                },
+            )
+        return path
+
+    def summary(self) -> str:
+        elapsed = time.monotonic() - self._started
+        steps = self.env_steps - self._steps_at_start
+        rate = f"{format_count(steps / elapsed)} steps/s overall" if elapsed > 0 else ""
+        return f"{format_count(steps)} steps in {format_duration(elapsed)} ({rate})"
+
+    def close(self) -> None:
+        self.progress.close()
+        self.logger.close()
+
+
+class _StopSignals:
+    """SIGTERM/SIGINT ask the loop to stop after the current call; a second SIGINT interrupts."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopSignals":
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        print(
+            f"\nreceived {signal.Signals(signum).name}: stopping after the current call and saving a checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run(trainer: Trainer) -> int:
+    """Train until done, a stop signal or divergence; returns the exit code.
+
+    0: finished (final checkpoint and policy written); 1: stopped on NaN/inf (the last
+    good checkpoint kept); 128 + signal number: stopped by SIGTERM/SIGINT after saving.
+    """
+    with _StopSignals() as signals:
+        try:
+            while not trainer.done:
+                if _any_process(signals.received is not None):
+                    break
+                trainer.call()
+                if trainer.diverged:
+                    break
+                if not trainer.done and trainer.save_due():
+                    trainer.save()
+            if trainer.diverged:
+                kept = trainer.last_checkpoint
+                trainer._say(
+                    "stopped: training diverged (NaN/inf); "
+                    + (f"last good checkpoint: {kept}" if kept else "no checkpoint had been saved yet")
+                )
+                return EXIT_DIVERGED
+            path = trainer.save()
+            if not trainer.done:
+                trainer._say(f"stopped at update {trainer.update}: checkpoint {path}")
+                trainer._say(f"resume with: bin/train --resume {trainer.run_dir}")
+                return 128 + (signals.received or signal.SIGTERM)
+            policy = trainer.export_policy()
+            trainer._say(f"done: {trainer.summary()}; checkpoint {path}; policy {policy}")
+            return EXIT_OK
+        finally:
+            trainer.close()

@@ -1,0 +1,1 @@
+"""Independent plain-Python reference model of HackMatrix, for differential tests."""

@@ -1,0 +1,93 @@
+"""Tiny tabular environments with known answers (rejax / "probe" style).
+
+`TabularEnv` is a small MDP given by tables; `probe_suite()` packs several classic
+probe problems into one MDP (the start state picks the problem), so one compiled
+training run checks them all:
+
+* "constant": one action, reward +1, episode ends -> V = 1;
+* "positive" / "negative": observation-dependent reward +1 / -1, ends -> V = +-1;
+* "discount_first" -> "discount_second": reward 0 then +1 -> V = gamma, 1;
+* "credit": two actions, +1 for action 1, -1 for action 0 -> pi(1) -> 1, V -> 1;
+* "masked": action 2 would pay +10 but is illegal, action 1 pays +1 -> pi(2) == 0;
+* "loop": reward +1 forever, cut at max_episode_steps -> V = 1/(1-gamma) only if
+  truncation is bootstrapped (as death it would be about (1-gamma^k)/(1-gamma)).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int32
+
+from hm.train.envs import AbstractEnv, EnvInfo
+
+PROBE_STATES = ("constant", "positive", "negative", "discount_first", "discount_second",
+                "credit", "masked", "loop")
+STARTS = ("constant", "positive", "negative", "discount_first", "credit", "masked", "loop")
+
+
+class TabularState(eqx.Module):
+    state: Int32[Array, ""]
+
+
+class TabularEnv(AbstractEnv):
+    """A finite MDP: one-hot observations of `num_states` states."""
+
+    reward: Float[Array, "S A"]
+    next_state: Int32[Array, "S A"]
+    terminal: Bool[Array, "S A"]
+    legal: Bool[Array, "S A"]
+    start_logits: Float[Array, " S"]
+    obs_size: int = eqx.field(static=True)
+    num_actions: int = eqx.field(static=True)
+    reward_terms: tuple[str, ...] = eqx.field(static=True, default=("reward",))
+
+    def __init__(self, reward, next_state, terminal, legal, start_probs):
+        self.reward = jnp.asarray(reward, jnp.float32)
+        self.next_state = jnp.asarray(next_state, jnp.int32)
+        self.terminal = jnp.asarray(terminal, bool)
+        self.legal = jnp.asarray(legal, bool)
+        with np.errstate(divide="ignore"):
+            self.start_logits = jnp.asarray(np.log(np.asarray(start_probs, np.float64)), jnp.float32)
+        self.obs_size, self.num_actions = self.reward.shape
+
+    def observe(self, state):
+        return jax.nn.one_hot(state.state, self.obs_size, dtype=jnp.float32)
+
+    def reset(self, key):
+        state = TabularState(state=jax.random.categorical(key, self.start_logits).astype(jnp.int32))
+        return state, self.observe(state)
+
+    def step(self, state, action, key):
+        s = state.state
+        reward = self.reward[s, action]
+        new = TabularState(state=self.next_state[s, action])
+        info = EnvInfo(reward_terms=reward[None], stage=jnp.int32(1), won=jnp.bool_(False))
+        return new, self.observe(new), reward, self.terminal[s, action], info
+
+    def legal_actions(self, state):
+        return self.legal[state.state]
+
+
+def probe_suite() -> TabularEnv:
+    index = {name: i for i, name in enumerate(PROBE_STATES)}
+    n, a = len(PROBE_STATES), 3
+    reward = np.zeros((n, a))
+    next_state = np.tile(np.arange(n)[:, None], (1, a))
+    terminal = np.ones((n, a), bool)
+    legal = np.zeros((n, a), bool)
+    legal[:, 0] = True
+    reward[index["constant"]] = 1.0
+    reward[index["positive"]] = 1.0
+    reward[index["negative"]] = -1.0
+    terminal[index["discount_first"]] = False
+    next_state[index["discount_first"]] = index["discount_second"]
+    reward[index["discount_second"]] = 1.0
+    legal[index["credit"], :2] = True
+    reward[index["credit"]] = (-1.0, 1.0, 0.0)
+    legal[index["masked"], :2] = True
+    reward[index["masked"]] = (0.0, 1.0, 10.0)
+    reward[index["loop"]] = 1.0
+    terminal[index["loop"]] = False
+    start = np.array([name in STARTS for name in PROBE_STATES], np.float64)
+    return TabularEnv(reward, next_state, terminal, legal, start / start.sum())

@@ -1,0 +1,145 @@
+"""Auto-scaling table, validation messages, and saving of the training configuration."""
+
+import dataclasses
+
+import pytest
+
+from hm.train.config import (ConfigError, ResolvedConfig, TrainConfig, from_dict, resolve, to_dict,
+                             validate)
+
+
+@pytest.mark.parametrize(
+    "num_envs, num_steps, minibatches, epochs, lr",
+    [
+        (8, 16, 4, 4, 2.5e-4),          # tiny: reference values
+        (256, 128, 4, 4, 2.5e-4),       # the reference batch itself
+        (512, 128, 8, 2, 2.5e-4),       # scale 2: 65536/8192 = 8, 4//2 = 2, 16/(8*2) = 1
+        (1024, 128, 16, 2, 1.25e-4),    # scale 4
+        (2048, 128, 32, 2, 6.25e-5),    # the default: scale 8
+        (4096, 128, 64, 2, 3.125e-5),   # scale 16
+        (8192, 128, 64, 2, 3.125e-5),   # minibatches clamp at 64
+        (384, 128, 6, 2, 2.5e-4 * 16 / 12),  # scale 1.5: 49152/8192 = 6, 4//1.5 = 2
+    ],
+)
+def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
+    resolved = resolve(TrainConfig(num_envs=num_envs, num_steps=num_steps), "cpu", 1)
+    assert (resolved.num_minibatches, resolved.update_epochs) == (minibatches, epochs)
+    assert resolved.lr == pytest.approx(lr, rel=1e-12)
+    assert {"num_minibatches", "update_epochs", "lr"} <= set(resolved.auto)
+
+
+def test_default_config_resolves_as_the_issue_says():
+    resolved = resolve(TrainConfig(), "cpu", 1)
+    assert resolved.batch_size == 262144 and resolved.minibatch_size == 8192
+    assert resolved.lr == 6.25e-5
+    assert resolved.precision == "f32" and resolved.updates_per_call == 1
+
+
+def test_explicit_values_win():
+    config = TrainConfig(num_envs=2048, num_minibatches=16, update_epochs=3, lr=1e-3,
+                         precision="bf16", updates_per_call=5)
+    resolved = resolve(config, "cpu", 1)
+    assert (resolved.num_minibatches, resolved.update_epochs, resolved.lr) == (16, 3, 1e-3)
+    assert (resolved.precision, resolved.updates_per_call) == ("bf16", 5)
+    assert resolved.auto == ("devices",)
+
+
+def test_auto_lr_uses_explicit_minibatches():
+    resolved = resolve(TrainConfig(num_envs=2048, num_minibatches=16), "cpu", 1)
+    assert resolved.lr == pytest.approx(2.5e-4 * 16 / (16 * 2))
+
+
+@pytest.mark.parametrize("backend, precision", [("cpu", "f32"), ("tpu", "bf16"), ("gpu", "bf16")])
+def test_auto_precision_per_backend(backend, precision):
+    assert resolve(TrainConfig(), backend, 1).precision == precision
+
+
+def test_auto_minibatches_split_over_devices():
+    # 1000 x 128 = 128000: 128000/8192 = 15.6; 16 divides it (8000 per minibatch)
+    resolved = resolve(TrainConfig(num_envs=1000), "cpu", 1)
+    assert resolved.num_minibatches == 16 and resolved.batch_size % 16 == 0
+    resolved = resolve(TrainConfig(num_envs=1000, devices=8), "cpu", 8)
+    assert resolved.batch_size % (resolved.num_minibatches * 8) == 0
+
+
+def test_updates_per_call_auto():
+    assert resolve(TrainConfig(num_envs=256), "cpu", 1).updates_per_call == 8
+    small = TrainConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3)
+    assert resolve(small, "cpu", 1).updates_per_call == 3  # never more than the run has
+    resolved = resolve(TrainConfig(num_envs=256, total_timesteps=256 * 128 * 10), "cpu", 1)
+    assert resolved.num_updates == 10 and resolved.num_calls == 2
+
+
+def test_devices():
+    resolved = resolve(TrainConfig(num_envs=64), "cpu", 4)
+    assert resolved.devices == 4 and resolved.envs_per_device == 16
+    assert resolve(TrainConfig(num_envs=64, devices=2), "cpu", 4).devices == 2
+
+
+BAD = [
+    (dict(num_envs=6), 4, "--num-envs", "--num-envs must be a positive multiple of the device count (4); got 6"),
+    (dict(num_envs=0), 1, "--num-envs", "positive multiple"),
+    (dict(num_envs=2.0), 1, "--num-envs", "positive multiple"),
+    (dict(num_steps=0), 1, "--num-steps", "--num-steps must be an integer >= 1; got 0"),
+    (dict(num_steps=True), 1, "--num-steps", "integer >= 1"),
+    (dict(total_timesteps=100), 1, "--total-timesteps", "at least one batch"),
+    (dict(lr=0.0), 1, "--lr", "--lr must be a number in (0, 1]; got 0.0"),
+    (dict(lr=float("nan")), 1, "--lr", "(0, 1]"),
+    (dict(gamma=1.5), 1, "--gamma", "--gamma must be a number in [0, 1]; got 1.5"),
+    (dict(gae_lambda=-0.1), 1, "--gae-lambda", "[0, 1]"),
+    (dict(num_minibatches=0), 1, "--num-minibatches", "integer >= 1"),
+    (dict(num_minibatches=3), 1, "--num-minibatches", "must split the batch"),
+    (dict(num_envs=8, num_steps=1, num_minibatches=4), 4, "--num-minibatches", "over the 4 device(s)"),
+    (dict(num_envs=2, num_steps=1, total_timesteps=2), 1, "--num-minibatches", "chosen automatically: 4"),
+    (dict(update_epochs=0), 1, "--update-epochs", "integer >= 1"),
+    (dict(clip_eps=0.0), 1, "--clip-eps", "--clip-eps must be a number > 0; got 0.0"),
+    (dict(vf_coef=-1.0), 1, "--vf-coef", "--vf-coef must be a number >= 0"),
+    (dict(ent_coef=-0.1), 1, "--ent-coef", ">= 0"),
+    (dict(max_grad_norm=0.0), 1, "--max-grad-norm", "> 0"),
+    (dict(hidden_dim=0), 1, "--hidden-dim", "integer >= 1"),
+    (dict(num_layers=0), 1, "--num-layers", "integer >= 1"),
+    (dict(precision="fp16"), 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
+    (dict(seed=-1), 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),
+    (dict(max_episode_steps=0), 1, "--max-episode-steps", "integer >= 1"),
+    (dict(updates_per_call=0), 1, "--updates-per-call", "integer >= 1"),
+    (dict(updates_per_call=100_000), 1, "--updates-per-call", "below 2^31"),
+    (dict(devices=0), 4, "--devices", "--devices must be an integer in [1, 4]; got 0"),
+    (dict(devices=8), 4, "--devices", "[1, 4]"),
+]
+
+
+@pytest.mark.parametrize("overrides, devices, flag, message", BAD, ids=[b[2] + str(i) for i, b in enumerate(BAD)])
+def test_validation_names_the_flag_and_range(overrides, devices, flag, message):
+    config = TrainConfig()
+    for name, value in overrides.items():
+        # bypass the dataclass (type-checked under jaxtyping in tests): the CLI may not be
+        object.__setattr__(config, name, value)
+    with pytest.raises(ConfigError) as error:
+        validate(config, devices)
+    assert error.value.flag == flag
+    assert message in str(error.value)
+
+
+def test_defaults_are_valid():
+    validate(TrainConfig(), 1)
+    validate(TrainConfig(), 4)
+    validate(TrainConfig(num_envs=8, num_steps=16, total_timesteps=128), 1)
+
+
+def test_fields_are_exactly_the_cli_flags():
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert names == [
+        "num_envs", "num_steps", "total_timesteps", "lr", "gamma", "gae_lambda", "num_minibatches",
+        "update_epochs", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "hidden_dim",
+        "num_layers", "precision", "seed", "max_episode_steps", "updates_per_call", "devices"]
+
+
+def test_dict_round_trip():
+    config = TrainConfig(num_envs=64, lr=1e-3)
+    assert from_dict(to_dict(config)) == config
+    resolved = resolve(config, "tpu", 4)
+    data = to_dict(resolved)
+    assert isinstance(data["auto"], list)
+    assert from_dict(data) == resolved and isinstance(from_dict(data), ResolvedConfig)
+    with pytest.raises(ValueError, match="unknown"):
+        from_dict({**to_dict(config), "bogus": 1})

@@ -1,0 +1,354 @@
+"""The run loop: layout of a run directory, TensorBoard tags, resume exactness, layout
+changes on resume, NaN stop, stop signals.
+
+Every run here uses `NullEnv` and one tiny configuration, and every Trainer of the
+session (and of the SIGTERM subprocess) shares one persistent compilation cache, so
+the fused program compiles once per configuration and loads from disk afterwards.
+"""
+
+import dataclasses
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hm.game.constants import PROGRAM_NAMES, REWARD_TERMS
+from hm.train import NullEnv, TrainConfig, to_host
+from hm.train import checkpoint
+from hm.train.logging import read_scalars, read_tags, tensorboard_tag
+from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
+from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, new_run_dir, run, split_updates
+
+REPO = Path(__file__).resolve().parents[2]
+
+# 2 updates per call, 4 updates per run: two calls.
+TINY = TrainConfig(
+    num_envs=8,
+    num_steps=8,
+    total_timesteps=8 * 8 * 4,
+    hidden_dim=16,
+    num_layers=1,
+    num_minibatches=2,
+    update_epochs=1,
+    updates_per_call=2,
+    seed=3,
+)
+
+
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory) -> Path:
+    """The suite's persistent cache (tests/conftest.py) if set, else one for this session."""
+    configured = jax.config.jax_compilation_cache_dir
+    return Path(configured) if configured else tmp_path_factory.mktemp("jax-cache")
+
+
+@pytest.fixture
+def make_trainer(compile_cache, tmp_path):
+    """make_trainer(name, config=TINY, **options) -> (Trainer, console StringIO)."""
+    made = []
+
+    def make(name: str | None, config: TrainConfig = TINY, explicit=None, **options) -> tuple[Trainer, io.StringIO]:
+        console = io.StringIO()
+        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
+        trainer = Trainer(config, options, env=NullEnv(), explicit=explicit, console=console)
+        made.append(trainer)
+        return trainer, console
+
+    yield make
+    for trainer in made:
+        trainer.close()
+
+
+def host_leaves(tree) -> list[np.ndarray]:
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(to_host(eqx.filter(tree, eqx.is_array)))]
+
+
+def assert_bitwise_equal(a, b):
+    leaves_a, leaves_b = host_leaves(a), host_leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+# A whole run.
+
+
+def test_a_run_writes_its_directory(make_trainer, tmp_path):
+    trainer, console = make_trainer("whole", save_interval=2)
+    assert run(trainer) == 0
+    run_dir = tmp_path / "runs" / "whole"
+    assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
+
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["config"] == dataclasses.asdict(TINY)
+    assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
+    assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
+
+    checkpoints = [p.name for p in checkpoint.list_checkpoints(run_dir / "checkpoints")]
+    assert checkpoints == ["ckpt_00000002.ckpt", "ckpt_00000004.ckpt"], "periodic, then final"
+    assert checkpoint.read_meta(run_dir / "checkpoints" / "ckpt_00000004.ckpt").env_steps == 256
+
+    assert_bitwise_equal(checkpoint.load_policy(run_dir), trainer.state.params)
+    policy = json.loads((run_dir / "policy.json").read_text())
+    assert policy["hidden_dim"] == 16 and policy["num_layers"] == 1 and policy["network"] == "hm.train.network.Network"
+
+    out = console.getvalue()
+    assert "config (resolved):" in out and "devices: 1 x cpu" in out
+    assert "first call (compile + 2 updates)" in out and "update 4 | 256 steps" in out
+    assert "done: " in out and "policy.eqx" in out
+
+
+def test_tensorboard_has_every_expected_tag(make_trainer, tmp_path):
+    trainer, _ = make_trainer("tags")
+    assert run(trainer) == 0
+    scalars = read_scalars(tmp_path / "runs" / "tags")
+    expected = {
+        *(f"loss/{name}" for name in ("total", "policy", "value", "entropy")),
+        *(f"ppo/{name}" for name in ("approx_kl", "clip_frac", "explained_variance", "grad_norm", "lr")),
+        *(f"episode/{name}" for name in ("return", "length", "highest_stage", "win_rate", "count")),
+        *(f"reward/{term}" for term in REWARD_TERMS),
+        "actions/move_frac",
+        "actions/siphon_frac",
+        "actions/program_frac",
+        *(tensorboard_tag(f"actions/program/{name}") for name in PROGRAM_NAMES),
+        "perf/steps_per_sec",
+        "perf/steps_per_sec_per_device",
+    }
+    assert len([t for t in expected if t.startswith("reward/")]) == 15
+    assert {"actions/program/SIPH_", "actions/program/ATK_", "actions/program/ANTI-V"} <= expected
+    assert expected <= scalars.keys(), sorted(expected - scalars.keys())
+    assert [step for step, _ in scalars["loss/total"]] == [128, 256], "one point per call, at its env steps"
+    assert scalars["ppo/lr"][0][1] == pytest.approx(2.5e-4)
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= read_tags(tmp_path / "runs" / "tags")
+
+
+# Resume.
+
+
+def test_resume_continues_exactly(make_trainer, tmp_path):
+    straight, _ = make_trainer("straight")
+    straight.call()
+    straight.call()
+
+    first, _ = make_trainer("stopped")
+    first.call()
+    saved = first.save()
+    first.close()
+    assert saved == tmp_path / "runs" / "stopped" / "checkpoints" / "ckpt_00000002.ckpt"
+
+    resumed, console = make_trainer(None, resume=tmp_path / "runs" / "stopped")
+    assert resumed.run_dir == tmp_path / "runs" / "stopped", "a resume continues in its run directory"
+    assert (resumed.update, resumed.env_steps) == (2, 128)
+    assert "resumed from" in console.getvalue()
+    resumed.call()
+    assert (resumed.update, resumed.env_steps) == (straight.update, straight.env_steps) == (4, 256)
+    assert_bitwise_equal(resumed.state, straight.state)
+
+
+def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_trainer, tmp_path):
+    first, _ = make_trainer("source")
+    first.call()
+    first.save()
+    first.close()
+    # As the command line does it: every field at its default, only ent_coef given.
+    asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
+    resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05)
+
+
+def test_resume_with_other_num_envs_keeps_weights_and_says_so(make_trainer, tmp_path):
+    first, _ = make_trainer("narrow")
+    first.call()
+    path = first.save()
+    params = first.state.params
+    first.close()
+
+    wider = dataclasses.replace(TINY, num_envs=16, total_timesteps=16 * 8 * 4)
+    resumed, console = make_trainer(None, wider, resume=path)
+    out = console.getvalue()
+    assert "new batch layout: num_envs 8 -> 16" in out
+    assert "weights and counters kept, optimizer state and environments re-initialised" in out
+    assert_bitwise_equal(resumed.state.params, params)
+    assert (resumed.update, resumed.env_steps) == (2, 128)
+    moments = [np.asarray(x) for x in jax.tree_util.tree_leaves(resumed.state.opt_state) if np.ndim(x) > 0]
+    assert moments and all(not m.any() for m in moments), "Adam moments start from zero again"
+    assert resumed.state.envs.obs.shape[0] == 16
+    resumed.call()
+    assert resumed.update == 4
+
+
+def test_resume_refuses_another_architecture(make_trainer, tmp_path):
+    first, _ = make_trainer("arch")
+    first.call()
+    path = first.save()
+    first.close()
+    with pytest.raises(checkpoint.CheckpointError, match="hidden_dim: checkpoint has 16, this run has 32"):
+        make_trainer(None, dataclasses.replace(TINY, hidden_dim=32), resume=path)
+
+
+# Stopping.
+
+
+def test_nan_stops_and_keeps_the_last_good_checkpoint(make_trainer, tmp_path):
+    trainer, console = make_trainer("diverges", save_interval=2)
+    real = trainer._train_fn
+
+    def diverge_on_second_call(state):
+        state, metrics = real(state)
+        if trainer.calls == 1:
+            metrics = {**metrics, "loss/total": jnp.float32(jnp.nan)}
+            state = eqx.tree_at(lambda s: s.params.value_head.bias, state, state.params.value_head.bias * jnp.nan)
+        return state, metrics
+
+    trainer._train_fn = diverge_on_second_call
+    assert run(trainer) == 1
+    directory = tmp_path / "runs" / "diverges" / "checkpoints"
+    assert [p.name for p in checkpoint.list_checkpoints(directory)] == ["ckpt_00000002.ckpt"]
+    assert checkpoint.all_finite(checkpoint.read_arrays(directory / "ckpt_00000002.ckpt"))
+    assert not (tmp_path / "runs" / "diverges" / "policy.eqx").exists()
+    out = console.getvalue()
+    assert "warning [non_finite]" in out and "loss/total=nan" in out
+    assert f"last good checkpoint: {directory / 'ckpt_00000002.ckpt'}" in out
+
+
+def test_sigint_saves_then_exits(make_trainer, tmp_path):
+    trainer, console = make_trainer("interrupted", save_interval_minutes=60)
+    real = trainer._train_fn
+
+    def interrupted(state):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(state)
+
+    trainer._train_fn = interrupted
+    assert run(trainer) == 128 + signal.SIGINT
+    assert trainer.update == 2, "the call under way finishes, no new one starts"
+    latest = checkpoint.find_checkpoint(tmp_path / "runs" / "interrupted")
+    assert latest.name == "ckpt_00000002.ckpt"
+    assert "resume with: bin/train --resume" in console.getvalue()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handlers restored"
+
+
+SIGTERM_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from hm.train import NullEnv, TrainConfig
+    from hm.train.run import RunOptions, Trainer, run
+
+    config = TrainConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 100_000, hidden_dim=16,
+                         num_layers=1, num_minibatches=2, update_epochs=1, updates_per_call=2, seed=3)
+    options = RunOptions(runs_dir=Path(sys.argv[1]), run_name="term", compile_cache=Path(sys.argv[2]))
+    sys.exit(run(Trainer(config, options, env=NullEnv())))
+    """
+)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, compile_cache):
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_SCRIPT, str(tmp_path / "runs"), str(compile_cache)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            assert line, "the run ended before training: " + process.stderr.read()
+            lines.append(line)
+            if line.startswith("update "):
+                break
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    out = "".join(lines) + out
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    assert "received SIGTERM" in err
+    latest = checkpoint.find_checkpoint(tmp_path / "runs" / "term")
+    meta = checkpoint.read_meta(latest)
+    assert meta.update >= 2 and meta.update % 2 == 0
+    assert f"checkpoint {latest}" in out and "resume with: bin/train --resume" in out
+
+
+# Host-side pieces.
+
+
+def test_run_names():
+    import datetime
+
+    now = datetime.datetime(2026, 11, 22, 3, 15, 0)
+    assert make_run_name(None, None, now) == "20261122-031500"
+    assert make_run_name(None, "bf16", now) == "20261122-031500-bf16"
+    assert make_run_name("sweep", "lr3", now) == "sweep-lr3"
+
+
+def test_new_run_dir_never_reuses_a_directory(tmp_path):
+    (tmp_path / "20261122-031500").mkdir()
+    assert new_run_dir(tmp_path, "20261122-031500", automatic=True) == tmp_path / "20261122-031500-2"
+    with pytest.raises(RunError, match="already exists"):
+        new_run_dir(tmp_path, "20261122-031500", automatic=False)
+    assert new_run_dir(tmp_path, "fresh", automatic=False) == tmp_path / "fresh"
+
+
+def test_split_updates_scalars_and_vectors():
+    assert split_updates({"a": np.float32(1.5), "b": np.int32(3)}, 4) == [{"a": 1.5, "b": 3.0}]
+    rows = split_updates({"a": np.array([1.0, 2.0]), "b": np.float32(7)}, 2)
+    assert rows == [{"a": 1.0, "b": 7.0}, {"a": 2.0, "b": 7.0}]
+
+
+def test_episode_means_are_not_logged_without_episodes():
+    row = {"episode/count": 0.0, "episode/return": 0.0, "loss/total": 1.0, "env_steps": 128.0}
+    assert loggable(row) == {"episode/count": 0.0, "loss/total": 1.0}
+    assert loggable({**row, "episode/count": 2.0})["episode/return"] == 0.0
+
+
+def test_progress_text():
+    assert format_count(999) == "999" and format_count(15_300) == "15.3k" and format_count(10_000_000) == "10M"
+    assert format_duration(3725) == "1h02m05s" and format_duration(61) == "1m01s" and format_duration(5) == "5s"
+    text = format_progress(4_200_000, 10_000_000, 15_300, 3.41)
+    assert text.startswith("[##########--------------]  42% 4.2M/10M steps")
+    assert "15.3k steps/s" in text and "ETA 6m19s" in text and "return 3.41" in text
+    assert "ETA" not in format_progress(0, 100, None, None)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_redraws_on_a_terminal_and_prints_lines_above_it():
+    stream, console = FakeTerminal(), io.StringIO()
+    bar = ProgressBar(100, stream=stream, console=console)
+    bar.update(50, 10.0, 1.0)
+    bar.print("a line")
+    bar.close()
+    assert console.getvalue() == "a line\n"
+    assert stream.getvalue().count("\r\x1b[2K[") == 2 and stream.getvalue().endswith("\n")
+
+
+def test_progress_bar_in_a_log_file_writes_plain_lines_sparingly():
+    stream = io.StringIO()
+    bar = ProgressBar(100, stream=stream, console=io.StringIO(), plain_every=3600)
+    for steps in (10, 20, 30):
+        bar.update(steps, 10.0, None)
+    assert stream.getvalue().count("\n") == 1 and "\r" not in stream.getvalue()
+    silent = io.StringIO()
+    ProgressBar(100, stream=silent, console=silent, enabled=False).update(10, 1.0, None)
+    assert silent.getvalue() == ""

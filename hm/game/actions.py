@@ -11,7 +11,8 @@ from hm.game.state import GameState
 
 _CREDIT_COST = C.PROGRAM_CREDIT_COST
 _ENERGY_COST = C.PROGRAM_ENERGY_COST
-_SURROUND = geometry.SURROUNDING
+_CELL_IDS = np.arange(C.NUM_CELLS, dtype=np.int32)
+_PROGRAM_IDS = np.arange(C.NUM_PROGRAMS, dtype=np.int8)
 
 
 def player_cell(state: GameState) -> Int32[Array, ""]:
@@ -36,8 +37,8 @@ def program_conditions(state: GameState) -> Bool[Array, "23"]:
     any_transmission = jnp.any(t.alive)
     enemy_here = entities.occupancy(e)
     transmission_here = entities.occupancy(t)
-    around = jnp.asarray(_SURROUND)[player_cell(state)]
-    crash = jnp.any(_on(is_block | enemy_here | transmission_here, around))
+    around = jnp.asarray(geometry.SURROUNDING_MASK)[player_cell(state)]
+    crash = jnp.any(around & (is_block | enemy_here | transmission_here))
     kinds = jnp.where(e.alive, e.kind, -1)
     conditions = [
         any_enemy,                                                    # PUSH
@@ -137,7 +138,7 @@ def directional(state: GameState, direction: Int32[Array, ""]) -> tuple[GameStat
     pickup = moves & (content == C.PICKUP)
     reached_exit = moves & (content == C.EXIT)
     board = eqx.tree_at(lambda x: x.content, b,
-                        b.content.at[new_cell].set(jnp.where(pickup, C.EMPTY, content)))
+                        jnp.where(pickup & (_CELL_IDS == new_cell), jnp.int8(C.EMPTY), b.content))
     player = eqx.tree_at(lambda x: (x.row, x.col, x.data_siphons), p,
                          (new_row, new_col, p.data_siphons + pickup.astype(jnp.int32)))
     state = eqx.tree_at(lambda s: (s.player, s.board, s.enemies, s.transmissions), state,
@@ -167,8 +168,8 @@ def missed_resources(state: GameState) -> tuple[Int32[Array, ""], Int32[Array, "
     data_sets = _sorted_cross(jnp.where(data_y & open_x, b.block_points[y].astype(jnp.int32), -1))
     program_id = jnp.maximum(b.block_program[y].astype(jnp.int32), 0)
     new_program = program_y & ~p.owned[program_id] & open_x
-    program_sets = jnp.zeros((C.NUM_CELLS, C.NUM_PROGRAMS), bool).at[
-        np.arange(C.NUM_CELLS)[:, None], program_id].max(new_program)
+    program_sets = jnp.any((program_id[:, :, None] == _CELL_IDS[None, None, :C.NUM_PROGRAMS])
+                           & new_program[:, :, None], axis=1)
     resource_y = counted & ~is_block[y] & open_x
     credits = jnp.sum(jnp.where(resource_y, b.credits[y].astype(jnp.int32), 0), axis=1)
     energy = jnp.sum(jnp.where(resource_y, b.energy[y].astype(jnp.int32), 0), axis=1)
@@ -176,10 +177,9 @@ def missed_resources(state: GameState) -> tuple[Int32[Array, ""], Int32[Array, "
     here = player_cell(state)
     has_blocks = jnp.any(data_sets[here] >= 0) | jnp.any(program_sets[here])
     # Positions whose cross covers every unsiphoned block cell of the player's cross.
-    blocks_here = jnp.zeros(C.NUM_CELLS, bool).at[y[here]].max(block_y[here])
-    covers = jnp.zeros((C.NUM_CELLS, C.NUM_CELLS), bool).at[
-        np.arange(C.NUM_CELLS)[:, None], y].max(valid)            # covers[x, c]: c in cross(x)
-    covers_all = jnp.all(covers | ~blocks_here[None, :], axis=1)
+    cross_here = jnp.asarray(geometry.CROSS_MASK)[here]
+    blocks_here = cross_here & is_block & ~b.siphoned
+    covers_all = jnp.all(geometry.CROSS_MASK | ~blocks_here[None, :], axis=1)
     candidate = ~is_block & jnp.where(has_blocks, covers_all, True)
     better = (candidate
               & jnp.all(data_sets == data_sets[here][None, :], axis=1)
@@ -199,8 +199,7 @@ def siphon(state: GameState) -> tuple[GameState, ActionOutcome]:
     missed_credits, missed_energy = missed_resources(state)
     p, b = state.player, state.board
     here = player_cell(state)
-    cross = jnp.asarray(geometry.CROSS)[here]
-    in_cross = jnp.zeros(C.NUM_CELLS, bool).at[jnp.maximum(cross, 0)].max(cross >= 0)
+    in_cross = jnp.asarray(geometry.CROSS_MASK)[here]
     drained = in_cross & ~b.siphoned
     block = drained & (b.content == C.BLOCK)
     open_cell = drained & (b.content != C.BLOCK)
@@ -208,8 +207,8 @@ def siphon(state: GameState) -> tuple[GameState, ActionOutcome]:
     is_data = block & (b.block_program < 0)
     score = p.score + jnp.sum(jnp.where(is_data, b.block_points.astype(jnp.int32), 0))
     pending = state.pending + jnp.sum(jnp.where(block, b.block_spawn.astype(jnp.int32), 0))
-    gained = jnp.zeros(C.NUM_PROGRAMS, bool).at[
-        jnp.maximum(b.block_program.astype(jnp.int32), 0)].max(is_program)
+    gained = jnp.any((b.block_program[:, None] == _PROGRAM_IDS[None, :]) & is_program[:, None],
+                     axis=0)
     credits = p.credits + jnp.sum(jnp.where(open_cell, b.credits.astype(jnp.int32), 0))
     energy = p.energy + jnp.sum(jnp.where(open_cell, b.energy.astype(jnp.int32), 0))
     board = eqx.tree_at(
@@ -218,7 +217,7 @@ def siphon(state: GameState) -> tuple[GameState, ActionOutcome]:
         b,
         (jnp.where(block, jnp.int8(0), b.block_spawn), b.block_question & ~block,
          jnp.where(open_cell, jnp.int8(0), b.credits), jnp.where(open_cell, jnp.int8(0), b.energy),
-         b.siphoned | in_cross, b.siphon_center.at[here].set(True)))
+         b.siphoned | in_cross, b.siphon_center | (_CELL_IDS == here)))
     player = eqx.tree_at(lambda x: (x.score, x.owned, x.credits, x.energy, x.data_siphons), p,
                          (score, p.owned | gained, credits, energy, p.data_siphons - 1))
     state = eqx.tree_at(

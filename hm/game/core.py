@@ -15,7 +15,8 @@ from hm.game.state import GameState
 Info = dict
 
 
-def _select(pred: Bool[Array, ""], a: GameState, b: GameState) -> GameState:
+def _select(pred: Bool[Array, ""], a, b):
+    """`a` where `pred` else `b`, leaf by leaf, for any two pytrees of one structure."""
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 

@@ -69,4 +69,5 @@ def cells(entities: EntityList) -> Int32[Array, "N"]:
 
 def occupancy(entities: EntityList) -> Bool[Array, "36"]:
     """Cells holding at least one live entity."""
-    return jnp.zeros(36, bool).at[cells(entities)].max(entities.alive)
+    here = cells(entities)[:, None] == jnp.arange(36, dtype=jnp.int32)[None, :]
+    return jnp.any(here & entities.alive[:, None], axis=0)

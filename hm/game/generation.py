@@ -31,6 +31,7 @@ searching, chunks left). Those loops are not per-game data-dependent loops: unde
 they run once per batch. Under a second, outer `vmap` they still give the same results.
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -181,7 +182,7 @@ def _count(board: UInt32[Array, "*s 2"]) -> UInt32[Array, "*s"]:
 # §12.4 block layout.
 
 
-def _draw_layout(seed: UInt32[Array, "*s 2"], eligible: UInt32[Array, "*s 2"],
+def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s 2"],
                  k: Int32[Array, "*s"], attempt: Int32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
     """Layout attempt `attempt`: `k` distinct cells drawn uniformly from `eligible`.
 
@@ -297,7 +298,45 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
     return layout
 
 
-@custom_vmap
+def _custom_batching(batched_rule: Callable):
+    """Decorator: the function as written when unbatched; `batched_rule(axis_size, *args)`,
+    with every leaf of `args` given a leading batch axis, under `vmap`.
+
+    Unlike a bare `jax.custom_batching.custom_vmap`, the function may read array constants
+    (tables) and may be called inside a `lax.cond`/`lax.switch` whose predicate is batched:
+    such a `cond` batches every constant its branches capture, which `custom_vmap` rejects.
+    Here the function is traced first and its constants become explicit (ignored) arguments.
+    """
+
+    def decorate(fun):
+        @functools.wraps(fun)
+        def call(*args):
+            flat, in_tree = jax.tree.flatten(args)
+            closed, out_shape = jax.make_jaxpr(
+                lambda *leaves: fun(*jax.tree.unflatten(in_tree, leaves)),
+                return_shape=True)(*flat)
+
+            @custom_vmap
+            def traced(consts, leaves):
+                return jax.core.eval_jaxpr(closed.jaxpr, consts, *leaves)
+
+            @traced.def_vmap
+            def batched(axis_size, in_batched, consts, leaves):
+                leaves = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+                          for x, batched in zip(leaves, in_batched[1])]
+                out = jax.tree.leaves(batched_rule(axis_size,
+                                                   *jax.tree.unflatten(in_tree, leaves)))
+                return out, [True] * len(out)
+
+            out = traced(list(closed.consts), flat)
+            return jax.tree.unflatten(jax.tree.structure(out_shape), out)
+
+        return call
+
+    return decorate
+
+
+@_custom_batching(lambda _, *args: _search_layout_pooled(*args))
 def _search_layout(seed: UInt32[Array, "2"], eligible: UInt32[Array, "2"],
                    exit_cell: UInt32[Array, "2"], k: Int32[Array, ""],
                    active: Bool[Array, ""]) -> UInt32[Array, "2"]:
@@ -306,19 +345,6 @@ def _search_layout(seed: UInt32[Array, "2"], eligible: UInt32[Array, "2"],
     An inactive search returns no blocks at once (games padded into a batch).
     """
     return _search_layout_unbatched(seed, eligible, exit_cell, k, active)
-
-
-@_search_layout.def_vmap
-def _search_layout_batched(axis_size, in_batched, *args):
-    args = _broadcast_unbatched(axis_size, in_batched, args)
-    return _search_layout_pooled(*args), True
-
-
-def _broadcast_unbatched(axis_size: int, in_batched, args):
-    def broadcast(x, batched):
-        return x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-
-    return jax.tree.map(broadcast, args, tuple(in_batched))
 
 
 # ---------------------------------------------------------------------------------------
@@ -534,13 +560,7 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
     entries of the last chunk run with `active` false and are dropped.
     """
 
-    @custom_vmap
-    def maybe(state, pred, *args):
-        return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
-
-    @maybe.def_vmap
-    def batched(axis_size, in_batched, state, pred, *args):
-        state, pred, *args = _broadcast_unbatched(axis_size, in_batched, (state, pred, *args))
+    def batched(axis_size, state, pred, *args):
         chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
         chunks = math.ceil(axis_size / chunk)
         selected = jnp.nonzero(pred, size=chunks * chunk, fill_value=axis_size)[0].astype(
@@ -557,8 +577,11 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
             return jax.tree.map(lambda x, y: x.at[index].set(y, mode="drop"), state, updated)
 
         n_chunks = (n_selected + chunk - 1) // chunk
-        out = jax.lax.fori_loop(0, n_chunks, update_chunk, state)
-        return out, jax.tree.map(lambda _: True, out)
+        return jax.lax.fori_loop(0, n_chunks, update_chunk, state)
+
+    @_custom_batching(batched)
+    def maybe(state, pred, *args):
+        return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
 
     return maybe
 

@@ -32,3 +32,13 @@ SURROUNDING = np.array(
 # Manhattan distance between every pair of cells.
 MANHATTAN = (np.abs(ROW_OF[:, None] - ROW_OF[None, :])
              + np.abs(COL_OF[:, None] - COL_OF[None, :])).astype(np.int32)
+
+# Masks of the same tables: CROSS_MASK[x, c] / SURROUNDING_MASK[x, c] is true when cell c
+# is in the cross / among the 8 surrounding cells of x. A row of a static mask replaces a
+# per-game scatter, which vectorises badly.
+CROSS_MASK = np.zeros((C.NUM_CELLS, C.NUM_CELLS), bool)
+SURROUNDING_MASK = np.zeros((C.NUM_CELLS, C.NUM_CELLS), bool)
+for _x in range(C.NUM_CELLS):
+    CROSS_MASK[_x, CROSS[_x][CROSS[_x] >= 0]] = True
+    SURROUNDING_MASK[_x, SURROUNDING[_x][SURROUNDING[_x] >= 0]] = True
+del _x

@@ -20,7 +20,7 @@ class Observation(eqx.Module):
     programs: Int32[Array, "23"]
     grid: Float32[Array, "6 6 42"]
 
-    def flat(self) -> Float32[Array, "1545"]:
+    def flat(self) -> Float32[Array, "*batch 1545"]:
         """The conventional flat layout: player, programs as float, grid row-major.
 
         Works on batched observations too (leading axes are kept).
@@ -51,7 +51,7 @@ def observe(state: GameState) -> Observation:
 
     # Enemy channels: the first enemy in list order on each cell, unless a hidden cryptog.
     e = state.enemies
-    slot = entities.first_at(e, _CELL_IDS)
+    slot = entities.first_at(e, jnp.asarray(_CELL_IDS))
     has_enemy = slot < C.MAX_ENEMIES
     slot = jnp.minimum(slot, C.MAX_ENEMIES - 1)
     shown = has_enemy & cryptog_visible(state)[slot]
@@ -77,7 +77,7 @@ def observe(state: GameState) -> Observation:
     ], axis=1, dtype=jnp.float32)
 
     t = state.transmissions
-    tslot = entities.first_at(t, _CELL_IDS)
+    tslot = entities.first_at(t, jnp.asarray(_CELL_IDS))
     has_transmission = tslot < C.MAX_TRANSMISSIONS
     timer = t.timer[jnp.minimum(tslot, C.MAX_TRANSMISSIONS - 1)]
     transmission = jnp.where(has_transmission, jnp.minimum(_f32(timer) / 4.0, 1.0), 0.0)

@@ -154,8 +154,7 @@ def run_program(state: GameState, program: Int32[Array, ""], key: Key[Array, ""]
         (t.alive & ~t_swept, t.timer + jnp.where(is_(C.DELAY), C.DELAY_TURNS, 0)))
 
     # --- board: CRASH removes surrounding blocks; REDUC lowers unsiphoned spawn counts ---
-    crashed = is_(C.CRASH) & jnp.zeros(C.NUM_CELLS, bool).at[jnp.maximum(around, 0)].max(
-        around >= 0) & is_block
+    crashed = is_(C.CRASH) & jnp.asarray(geometry.SURROUNDING_MASK)[here] & is_block
     reduced = is_(C.REDUC) & is_block & ~b.siphoned
     board = eqx.tree_at(
         lambda x: (x.content, x.block_points, x.block_program, x.block_question, x.block_spawn),

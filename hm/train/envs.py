@@ -27,7 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int32, PRNGKeyArray, PyTree, UInt8
+from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt8
 
 from hm.game import constants as C
 
@@ -80,9 +80,12 @@ class AbstractEnv(eqx.Module):
 # --- compact observations --------------------------------------------------------------
 
 # Every value the game puts in the programs vector and the grid is k/3, k/4 or k/9
-# (GAME_RULES §15), i.e. a multiple of 1/36, from 0 to a few units. Storing
-# round(36 x) as uint8 is exact: both the game's f32 quotient and the decoding
-# `u / 36` are the correctly rounded value of the same rational number.
+# (GAME_RULES §15) for small k: a multiple of 1/36. The tail is stored as the uint8
+# round(36 x) and decoded as `u / 36` by the same XLA division the game uses, which
+# reproduces the game's float32 values bit for bit over their range (k/3 for k <= 3,
+# k/4, k/9 for k <= 9; tested on real observations). XLA on CPU turns division by a
+# constant into multiplication by the reciprocal, so neither side is always the
+# correctly rounded quotient (17/36, 5/3 are 1 ulp off), but both sides agree.
 # The player vector (row/5, credits/50, ...) is kept as float32.
 OBS_QUANTUM = 36
 
@@ -100,7 +103,7 @@ def pack_obs(obs: Float[Array, " obs"], head_size: int) -> PackedObservation:
 
 
 def unpack_obs(packed: PackedObservation) -> Float[Array, " obs"]:
-    tail = packed.tail.astype(jnp.float32) / jnp.float32(OBS_QUANTUM)
+    tail = packed.tail.astype(jnp.float32) / OBS_QUANTUM
     return jnp.concatenate([packed.head, tail], axis=-1)
 
 
@@ -167,8 +170,9 @@ class NullEnv(AbstractEnv):
     """A do-nothing environment in HackMatrix's shapes, to time the learner alone.
 
     The state is two integers; observations, masks and rewards are rows of small
-    canned random tables (observation values on the game's 1/36 grid, so they pack the
-    same way), chosen by a cheap hash of the action. Episodes last 20-60 steps, so the
+    canned random tables (observation values on the game's 1/36 grid, decoded as the
+    learner decodes them, so they pack the same way), chosen by a cheap hash of the
+    action. Episodes last 20-60 steps, so the
     auto-reset path is exercised as in the game.
     """
 
@@ -181,11 +185,12 @@ class NullEnv(AbstractEnv):
 
     def __init__(self, rows: int = 16, seed: int = 0):
         rng = np.random.default_rng(seed)
-        obs = rng.integers(0, OBS_QUANTUM + 1, size=(rows, C.OBS_FLAT_SIZE)) / OBS_QUANTUM
-        obs[:, : C.PLAYER_FEATURES] = rng.random((rows, C.PLAYER_FEATURES))
+        tail = rng.integers(0, OBS_QUANTUM + 1, size=(rows, C.OBS_FLAT_SIZE - C.PLAYER_FEATURES))
+        head = jnp.asarray(rng.random((rows, C.PLAYER_FEATURES)), jnp.float32)
+        unpack = jax.vmap(lambda h, t: unpack_obs(PackedObservation(head=h, tail=t)))
         mask = rng.random((rows, C.NUM_ACTIONS)) < 0.5
         mask[:, 0] = True
-        self.obs_table = jnp.asarray(obs, jnp.float32)
+        self.obs_table = unpack(head, jnp.asarray(tail, jnp.uint8))
         self.mask_table = jnp.asarray(mask)
         self.reward_table = jnp.asarray(rng.normal(size=rows), jnp.float32)
 
@@ -253,13 +258,13 @@ class StepOutput(eqx.Module):
     episode_length: Int32[Array, " n"]
 
 
-def vector_fresh(env: AbstractEnv, keys: PRNGKeyArray) -> FreshGames:
+def vector_fresh(env: AbstractEnv, keys: Key[Array, " n"]) -> FreshGames:
     """Reset one game per key (a batch of keys)."""
     state, obs = jax.vmap(env.reset)(keys)
     return FreshGames(state=state, obs=obs, mask=jax.vmap(env.legal_actions)(state))
 
 
-def vector_reset(env: AbstractEnv, keys: PRNGKeyArray) -> VecEnvState:
+def vector_reset(env: AbstractEnv, keys: Key[Array, " n"]) -> VecEnvState:
     fresh = vector_fresh(env, keys)
     n = fresh.obs.shape[0]
     return VecEnvState(state=fresh.state, obs=fresh.obs, mask=fresh.mask,
@@ -278,7 +283,7 @@ def vector_step(
     env: AbstractEnv,
     envs: VecEnvState,
     actions: Int32[Array, " n"],
-    keys: PRNGKeyArray,
+    keys: Key[Array, " n"],
     fresh: FreshGames,
     max_episode_steps: int,
 ) -> tuple[VecEnvState, StepOutput]:

@@ -50,7 +50,7 @@ import numpy as np
 import optax
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from jaxtyping import Array, Bool, Float, Int32, PRNGKeyArray, PyTree, UInt32
+from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt32
 
 from hm.train import distributions, ppo
 from hm.train.config import ResolvedConfig
@@ -72,17 +72,17 @@ class TrainState(eqx.Module):
 
 
 class Trajectory(eqx.Module):
-    """One rollout, leading axes [num_steps, envs]."""
+    """Transitions of one step ([n] leaves) or, stacked by the rollout scan, [T, n]."""
 
-    obs: PyTree                          # compact observation (env.encode_obs)
-    mask: Bool[Array, "T n actions"]      # legal actions when sampling
-    action: Int32[Array, "T n"]
-    log_prob: Float[Array, "T n"]
-    value: Float[Array, "T n"]
-    reward: Float[Array, "T n"]
-    done: Bool[Array, "T n"]
-    truncated: Bool[Array, "T n"]
-    bootstrap_value: Float[Array, "T n"]  # value of the truncated state's observation
+    obs: PyTree                               # compact observation (env.encode_obs)
+    mask: Bool[Array, "*T n actions"]         # legal actions when sampling
+    action: Int32[Array, "*T n"]
+    log_prob: Float[Array, "*T n"]
+    value: Float[Array, "*T n"]
+    reward: Float[Array, "*T n"]
+    done: Bool[Array, "*T n"]
+    truncated: Bool[Array, "*T n"]
+    bootstrap_value: Float[Array, "*T n"]     # value of the truncated state's observation
 
 
 class StepStats(eqx.Module):
@@ -131,7 +131,7 @@ def _key(data: UInt32[Array, "2"]) -> PRNGKeyArray:
     return jax.random.wrap_key_data(data, impl="threefry2x32")
 
 
-def _fold_in_each(key: PRNGKeyArray, ids: Int32[Array, " n"]) -> PRNGKeyArray:
+def _fold_in_each(key: PRNGKeyArray, ids: Int32[Array, " n"]) -> Key[Array, " n"]:
     return jax.vmap(jax.random.fold_in, (None, 0))(key, ids)
 
 
@@ -309,7 +309,9 @@ class Learner(eqx.Module):
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
         (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
         metrics["ppo/grad_norm"] = ppo.global_norm(grads)
-        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        # optax mixes Python floats with its int32 step count: not strict-promotion clean
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 
     def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray):
@@ -329,8 +331,12 @@ class Learner(eqx.Module):
 
     # --- one update, one call -----------------------------------------------------------
 
-    def update(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        """One PPO update: rollout, GAE, epochs of minibatch steps."""
+    def update(self, state: TrainState) -> tuple[TrainState, tuple[dict[str, Array], StepStats]]:
+        """One PPO update: rollout, GAE, epochs of minibatch steps.
+
+        Returns the new state, the update's loss metrics (means over its minibatch
+        steps) and its rollout statistics (totals over every device).
+        """
         config = self.config
         next_key, rollout_key, epochs_key = jax.random.split(_key(state.key), 3)
         envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_key)

@@ -94,9 +94,11 @@ def loss(
     hundreds (victory pays 500+), and clipping value moves to +-clip_eps would stall
     the critic (and value clipping did not help in the on-policy studies either).
 
-    The returned loss is this device's mean; with `axis_name` the caller averages the
-    gradients over devices (`lax.pmean`), which equals the gradient of the global mean
-    because every device holds an equal share. Metrics are already global means.
+    With `axis_name` the loss and metrics are means over the global minibatch (every
+    device holds an equal share, so the mean of the devices' means). Differentiating
+    it with respect to replicated parameters under `shard_map` then gives the global
+    gradient on every device: JAX sums the per-device cotangents of a replicated
+    input itself, so no further `pmean` of the gradients is needed (one would be wrong).
     """
     logits, values = evaluate(network, batch.obs, precision)
     logp = distributions.log_prob(logits, batch.mask, batch.action)
@@ -118,7 +120,7 @@ def loss(
     }
     if axis_name is not None:
         metrics = lax.pmean(metrics, axis_name)
-    return total, metrics
+    return metrics["loss/total"], metrics
 
 
 def explained_variance(

@@ -6,12 +6,12 @@ stderr is a file or pipe (tmux logs, CI) a plain line is written at most every
 `format_progress`, a pure function.
 """
 
+import io
 import sys
 import time
-from typing import TextIO
 
 
-def format_count(value: float) -> str:
+def format_count(value: float | int) -> str:
     """1234 -> '1.2k', 10_000_000 -> '10M'."""
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= limit:
@@ -20,7 +20,7 @@ def format_count(value: float) -> str:
     return f"{value:.0f}"
 
 
-def format_duration(seconds: float) -> str:
+def format_duration(seconds: float | int) -> str:
     """3725 -> '1h02m05s'."""
     if seconds != seconds or seconds == float("inf"):
         return "?"
@@ -35,7 +35,11 @@ def format_duration(seconds: float) -> str:
 
 
 def format_progress(
-    env_steps: int, total_steps: int, steps_per_sec: float | None, recent_return: float | None, width: int = 24
+    env_steps: int,
+    total_steps: int,
+    steps_per_sec: float | int | None,
+    recent_return: float | int | None,
+    width: int = 24,
 ) -> str:
     """The bar's text, e.g. `[#####-------]  42% 4.2M/10M steps | 15.3k steps/s | ETA 6m20s | return 3.41`."""
     fraction = min(max(env_steps / total_steps, 0.0), 1.0) if total_steps > 0 else 1.0
@@ -61,11 +65,11 @@ class ProgressBar:
     def __init__(
         self,
         total_steps: int,
-        stream: TextIO | None = None,
-        console: TextIO | None = None,
+        stream: io.TextIOBase | None = None,
+        console: io.TextIOBase | None = None,
         enabled: bool = True,
         live: bool = True,
-        plain_every: float = 60.0,
+        plain_every: float | int = 60.0,
     ):
         self.total_steps = total_steps
         self.stream = stream if stream is not None else sys.stderr
@@ -77,7 +81,7 @@ class ProgressBar:
         self._text = ""
         self._last_plain = float("-inf")
 
-    def update(self, env_steps: int, steps_per_sec: float | None, recent_return: float | None) -> None:
+    def update(self, env_steps: int, steps_per_sec: float | int | None, recent_return: float | int | None) -> None:
         if not self.bar:
             return
         self._text = format_progress(env_steps, self.total_steps, steps_per_sec, recent_return)
@@ -111,7 +115,7 @@ class ProgressBar:
         self.stream.flush()
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def _is_terminal(stream: io.TextIOBase) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

@@ -13,6 +13,7 @@ logs and the progress bar.
 
 import dataclasses
 import datetime
+import io
 import math
 import re
 import signal
@@ -20,18 +21,32 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import jax
 import numpy as np
 
-from hm.game.constants import GAME_VERSION, NUM_ACTIONS, OBS_FLAT_SIZE
-from hm.train import checkpoint
+from hm.game.constants import GAME_VERSION
+from hm.train import (
+    HackMatrixEnv,
+    abstract_train_state,
+    checkpoint,
+    init,
+    make_mesh,
+    make_train_fn,
+    maybe_initialize_distributed,
+    reshard_for,
+    resolve,
+    to_global,
+    to_host,
+    total_env_steps,
+    train_state_shardings,
+    validate,
+)
 from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
 from hm.train.logging import RunLogger, format_config, format_metrics_line, write_json
-from hm.train.mesh import to_host
 from hm.train.progress import ProgressBar, format_count, format_duration
 
 DEFAULT_COMPILE_CACHE = Path("~/.cache/hm/jax")
@@ -41,9 +56,11 @@ CONFIG_FILE = "config.json"
 KEPT_ON_LAYOUT_CHANGE = (checkpoint.PARAMS_PREFIX, ".update", ".env_steps")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+# Config fields a resume does not take from the checkpoint: they describe the machine.
+MACHINE_FIELDS = frozenset({"devices"})
+
 EXIT_OK = 0
 EXIT_DIVERGED = 1
-EXIT_USAGE = 2
 
 
 class RunError(Exception):
@@ -59,7 +76,7 @@ class RunOptions:
     run_suffix: str | None = None
     resume: Path | None = None
     log_interval: int = 1
-    save_interval_minutes: float | None = None
+    save_interval_minutes: float | int | None = None
     save_interval: int | None = None
     keep_checkpoints: int = checkpoint.KEEP_LAST
     compile_cache: Path | None = DEFAULT_COMPILE_CACHE
@@ -142,15 +159,21 @@ def make_run_name(run_name: str | None, run_suffix: str | None, now: datetime.da
 
 
 def new_run_dir(runs_dir: Path, name: str, automatic: bool) -> Path:
-    """A fresh directory for a new run. An explicit name that is taken is refused (never
-    mix two runs); an automatic one gets `-2`, `-3`... (two runs started the same second)."""
+    """Create a fresh directory for a new run and return it.
+
+    An explicit name that is taken is refused (two runs never share a directory); an
+    automatic one gets `-2`, `-3`... (runs started in the same second). Creating is
+    the reservation, so two runs starting together cannot both take a name.
+    """
     runs_dir = Path(runs_dir).expanduser()
-    candidate = runs_dir / name
-    if candidate.exists():
-        if not automatic:
-            raise RunError(f"run directory {candidate} already exists; pick another --run-name, or --resume {candidate}")
-        candidate = next(runs_dir / f"{name}-{n}" for n in range(2, 10_000) if not (runs_dir / f"{name}-{n}").exists())
-    return candidate
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for candidate in [name] + ([f"{name}-{n}" for n in range(2, 1000)] if automatic else []):
+        try:
+            (runs_dir / candidate).mkdir()
+            return runs_dir / candidate
+        except FileExistsError:
+            continue
+    raise RunError(f"run directory {runs_dir / name} already exists; pick another --run-name, or --resume {runs_dir / name}")
 
 
 def _fields(config: Any) -> dict[str, Any]:
@@ -209,7 +232,8 @@ class Trainer:
         options: how to drive the run.
         env: the environment (default `HackMatrixEnv()`).
         explicit: on resume, the config fields given explicitly; the others come from
-            the checkpoint. None: every field comes from `config`.
+            the checkpoint (but for `MACHINE_FIELDS`). None: every field comes from
+            `config`.
         console: where console lines go (default stdout).
 
     Raises:
@@ -225,11 +249,8 @@ class Trainer:
         options: RunOptions = RunOptions(),
         env: Any = None,
         explicit: frozenset[str] | None = None,
-        console: TextIO | None = None,
+        console: io.TextIOBase | None = None,
     ):
-        from hm.train import HackMatrixEnv, init, make_mesh, make_train_fn, maybe_initialize_distributed, resolve, validate
-        from hm.train import total_env_steps
-
         validate_options(options)
         self.options = options
         self._console = console if console is not None else sys.stdout
@@ -243,8 +264,8 @@ class Trainer:
             resume_from = checkpoint.find_checkpoint(options.resume)
             meta = checkpoint.read_meta(resume_from)
             if explicit is not None:
-                stored = {name: value for name, value in meta.config.items() if name not in explicit}
-                config = dataclasses.replace(config, **{k: v for k, v in stored.items() if k in _fields(config)})
+                known = _fields(config).keys() - explicit - MACHINE_FIELDS
+                config = dataclasses.replace(config, **{k: v for k, v in meta.config.items() if k in known})
 
         validate(config, jax.device_count())
         self.config = config
@@ -254,28 +275,30 @@ class Trainer:
         self.batch_size = config.num_envs * config.num_steps
         self.updates_per_call = int(self.resolved.updates_per_call)
         self.num_updates = self.resolved.num_updates
-        self.architecture = Architecture(config.hidden_dim, config.num_layers, OBS_FLAT_SIZE, NUM_ACTIONS)
+        self.architecture = Architecture(config.hidden_dim, config.num_layers, self.env.obs_size, self.env.num_actions)
         self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
         if meta is not None:
             reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env))
             if reasons:
                 raise CheckpointError(f"cannot resume from {resume_from}: " + "; ".join(reasons))
 
-        self.run_dir, self.run_name = self._choose_run_dir(resume_from)
-        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINTS_DIR
+        continuing = self._continued_run_dir(resume_from)
+        if continuing is None and options.run_name is not None:
+            taken = Path(options.runs_dir).expanduser() / make_run_name(options.run_name, options.run_suffix)
+            if taken.exists():  # refuse now rather than after building the state
+                raise RunError(f"run directory {taken} already exists; pick another --run-name, or --resume {taken}")
         self.progress = ProgressBar(
             self.num_updates * self.batch_size,
             console=self._console,
             enabled=self.is_writer,
             live=options.progress,
         )
-        self._say(f"run {self.run_name}: {self.run_dir}")
-        self._say(
+        self.say(
             f"devices: {self.num_devices} x {jax.default_backend()} "
             f"({jax.process_count()} process{'es' if jax.process_count() > 1 else ''}, "
             f"{config.num_envs // self.num_devices} envs per device)"
         )
-        self._say(format_config("config (resolved):", self.resolved))
+        self.say(format_config("config (resolved):", self.resolved))
 
         self.mesh = make_mesh(self.num_devices)
         self.last_checkpoint: Path | None = None
@@ -287,8 +310,11 @@ class Trainer:
         self.update, self.env_steps = int(to_host(self.state.update)), total_env_steps(self.state)
         self._train_fn = make_train_fn(self.resolved, self.env, self.mesh)
 
+        self.run_dir = continuing or self._new_run_dir()
+        self.run_name = self.run_dir.name
+        self.checkpoint_dir = self.run_dir / checkpoint.CHECKPOINTS_DIR
+        self.say(f"run {self.run_name}: {self.run_dir}")
         if self.is_writer:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             write_json(self.run_dir / CONFIG_FILE, self._describe(resume_from))
         self.logger = RunLogger(self.run_dir, enabled=self.is_writer, purge_step=self.env_steps if meta else None)
         self.logger.hparams(_fields(self.resolved))
@@ -304,22 +330,25 @@ class Trainer:
 
     # Setup.
 
-    def _choose_run_dir(self, resume_from: Path | None) -> tuple[Path, str]:
+    def _continued_run_dir(self, resume_from: Path | None) -> Path | None:
         """Resuming continues in the checkpoint's own run directory, unless a new name is asked for."""
         options = self.options
-        if resume_from is not None and options.run_name is None and options.run_suffix is None:
-            if resume_from.parent.name == checkpoint.CHECKPOINTS_DIR:
-                run_dir = resume_from.parent.parent
-                return run_dir, run_dir.name
-        name = make_run_name(options.run_name, options.run_suffix)
-        run_dir = new_run_dir(options.runs_dir, name, automatic=options.run_name is None)
-        return run_dir, run_dir.name
+        if resume_from is None or options.run_name is not None or options.run_suffix is not None:
+            return None
+        if resume_from.parent.name != checkpoint.CHECKPOINTS_DIR:
+            return None  # a loose checkpoint file: start a new run directory
+        return resume_from.parent.parent
+
+    def _new_run_dir(self) -> Path:
+        """Reserve the new run's directory, once the state is built (a failed start leaves none)."""
+        name = make_run_name(self.options.run_name, self.options.run_suffix)
+        if not self.is_writer:  # writes nothing; process 0 picks the directory
+            return Path(self.options.runs_dir).expanduser() / name
+        return new_run_dir(self.options.runs_dir, name, automatic=self.options.run_name is None)
 
     def _restore(self, path: Path, meta: CheckpointMeta) -> Any:
         """The state to continue from `path`: exactly its state when the batch layout is
         the same, else its weights and counters with fresh optimizer state and games."""
-        from hm.train import abstract_train_state, reshard_for, to_global, train_state_shardings
-
         template = abstract_train_state(self.resolved, self.env)
         param_problems = checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX)
         if param_problems:
@@ -329,7 +358,7 @@ class Trainer:
             problems = checkpoint.mismatched_leaves(template, meta)
             if not problems:
                 host = checkpoint.fill(template, checkpoint.read_arrays(path))
-                self._say(f"resumed from {where}")
+                self.say(f"resumed from {where}")
                 return to_global(host, train_state_shardings(template, self.mesh))
             why = "its optimizer or environment state does not fit this run: " + "; ".join(problems[:3])
         else:
@@ -345,7 +374,7 @@ class Trainer:
             )
         kept = checkpoint.read_arrays(path, prefix=KEPT_ON_LAYOUT_CHANGE)
         host = checkpoint.fill(template, kept, prefix=KEPT_ON_LAYOUT_CHANGE)
-        self._say(
+        self.say(
             f"resumed weights from {where} with {why}; weights and counters kept, "
             "optimizer state and environments re-initialised"
         )
@@ -383,17 +412,19 @@ class Trainer:
         started = time.perf_counter()
         self.state, metrics = self._train_fn(self.state)
         rows = split_updates(to_host(metrics), self.updates_per_call)
-        seconds = time.perf_counter() - started
+        finished = time.perf_counter()
         self.calls += 1
         first_update, steps_before = self.update, self.env_steps
         self.update += self.updates_per_call
         self.env_steps += self.updates_per_call * self.batch_size
         rate = None
         if self.calls == 1:
-            self.compile_seconds = seconds
-            self._say(f"first call (compile + {self.updates_per_call} updates): {seconds:.1f} s")
+            self.compile_seconds = finished - started
+            self.say(f"first call (compile + {self.updates_per_call} updates): {self.compile_seconds:.1f} s")
         else:
-            rate = self.updates_per_call * self.batch_size / seconds
+            # End to end: since the previous call finished, host work (logs, saves) included.
+            rate = self.updates_per_call * self.batch_size / (finished - self._last_call_finished)
+        self._last_call_finished = finished
         interval = self.options.log_interval
         stride = self.updates_per_call // len(rows)
         logged_any = False
@@ -420,7 +451,7 @@ class Trainer:
         self.progress.print(f"warning [{warning.kind}] at update {update}: {warning.message}")
         self.logger.text("health", f"[{warning.kind}] {warning.message}", step)
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         self.progress.print(line)
 
     # Checkpoints.
@@ -446,7 +477,7 @@ class Trainer:
             return self.last_checkpoint
         arrays = checkpoint.tree_to_host(self.state)
         if not checkpoint.all_finite(arrays):
-            self._say("not saving a checkpoint: the training state holds NaN or inf")
+            self.say("not saving a checkpoint: the training state holds NaN or inf")
             return None
         path = checkpoint.checkpoint_path(self.checkpoint_dir, self.update)
         if self.is_writer:
@@ -531,7 +562,8 @@ def run(trainer: Trainer) -> int:
     """Train until done, a stop signal or divergence; returns the exit code.
 
     0: finished (final checkpoint and policy written); 1: stopped on NaN/inf (the last
-    good checkpoint kept); 128 + signal number: stopped by SIGTERM/SIGINT after saving.
+    good checkpoint kept); 128 + signal number: stopped by SIGTERM/SIGINT after saving
+    (or, on a second SIGINT, at once without saving).
     """
     with _StopSignals() as signals:
         try:
@@ -545,18 +577,21 @@ def run(trainer: Trainer) -> int:
                     trainer.save()
             if trainer.diverged:
                 kept = trainer.last_checkpoint
-                trainer._say(
+                trainer.say(
                     "stopped: training diverged (NaN/inf); "
                     + (f"last good checkpoint: {kept}" if kept else "no checkpoint had been saved yet")
                 )
                 return EXIT_DIVERGED
             path = trainer.save()
             if not trainer.done:
-                trainer._say(f"stopped at update {trainer.update}: checkpoint {path}")
-                trainer._say(f"resume with: bin/train --resume {trainer.run_dir}")
+                trainer.say(f"stopped at update {trainer.update}: checkpoint {path}")
+                trainer.say(f"resume with: bin/train --resume {trainer.run_dir}")
                 return 128 + (signals.received or signal.SIGTERM)
             policy = trainer.export_policy()
-            trainer._say(f"done: {trainer.summary()}; checkpoint {path}; policy {policy}")
+            trainer.say(f"done: {trainer.summary()}; checkpoint {path}; policy {policy}")
             return EXIT_OK
+        except KeyboardInterrupt:  # a second Ctrl-C: leave at once
+            trainer.say(f"interrupted without saving; last checkpoint: {trainer.last_checkpoint or 'none'}")
+            return 128 + signal.SIGINT
         finally:
             trainer.close()

@@ -23,12 +23,24 @@ import numpy as np
 import pytest
 
 import hm.game as game
-from hm.game import constants as C
+
+# Numbers from the spec, spelled out here rather than read from hm.game.constants, so
+# that a wrong table in the engine fails the tests instead of agreeing with them.
+ROWS = COLS = 6                                          # §1
+CORNERS = ((0, 0), (0, 5), (5, 0), (5, 5))               # §1
+DIRECTION_DELTAS = ((1, 0), (-1, 0), (0, -1), (0, 1))    # §1: up, down, left, right
+PROGRAM_NAMES = (                                        # §4, in id order
+    "PUSH", "PULL", "CRASH", "WARP", "POLY", "WAIT", "DEBUG", "ROW", "COL", "UNDO",
+    "STEP", "SIPH+", "EXCH", "SHOW", "RESET", "CALM", "D_BOM", "DELAY", "ANTI-V",
+    "SCORE", "REDUC", "ATK+", "HACK",
+)
+PROGRAM_SPAWN_COUNT = (4, 4, 6, 5, 3, 1, 4, 2, 2, 3, 4, 7, 3, 2, 2, 6, 4, 4, 4, 5, 3, 8, 4)
+PROGRAM_ACTION_OFFSET = 5                                # §3
 
 PLAYER_KEYS = ("hp", "credits", "energy", "dataSiphons", "attackDamage", "score")
 
 # Action index of each program, by its §4 name ("WAIT" -> 10).
-ACTION = {name: C.PROGRAM_ACTION_OFFSET + i for i, name in enumerate(C.PROGRAM_NAMES)}
+ACTION = {name: PROGRAM_ACTION_OFFSET + i for i, name in enumerate(PROGRAM_NAMES)}
 
 _PROGRAM_ALIASES = {
     "siphplus": "siph+", "siph_plus": "siph+", "dbom": "d_bom", "d_bomb": "d_bom",
@@ -180,10 +192,10 @@ def program_id_of_block(b):
     """Program id (0..22) named by a program or hidden-program block dict."""
     idx = b.get("programActionIndex")
     if idx is not None:
-        return idx - C.PROGRAM_ACTION_OFFSET
+        return idx - PROGRAM_ACTION_OFFSET
     name = b["programType"].lower()
     name = _PROGRAM_ALIASES.get(name, name)
-    return [n.lower() for n in C.PROGRAM_NAMES].index(name)
+    return [n.lower() for n in PROGRAM_NAMES].index(name)
 
 
 def line_of_fire(d):
@@ -192,9 +204,9 @@ def line_of_fire(d):
     pr, pc = player_cell(d)
     stoppers = block_cells(d) | {(e["row"], e["col"]) for e in d["enemies"]}
     cells = set()
-    for dr, dc in C.DIRECTION_DELTAS.tolist():
+    for dr, dc in DIRECTION_DELTAS:
         r, c = pr + dr, pc + dc
-        while 0 <= r < C.ROWS and 0 <= c < C.COLS:
+        while 0 <= r < ROWS and 0 <= c < COLS:
             cells.add((r, c))
             if (r, c) in stoppers:
                 break
@@ -281,6 +293,8 @@ def observe(jitted):
 def hmx():
     """The plain helpers of this module, as one namespace."""
     return types.SimpleNamespace(
+        ROWS=ROWS, COLS=COLS, CORNERS=CORNERS, DIRECTION_DELTAS=DIRECTION_DELTAS,
+        PROGRAM_NAMES=PROGRAM_NAMES, PROGRAM_SPAWN_COUNT=PROGRAM_SPAWN_COUNT,
         ACTION=ACTION, fixture_dict=fixture_dict, scenario=build_scenario, enemy=enemy,
         virus=virus, daemon=daemon, glitch=glitch, cryptog=cryptog,
         transmission=transmission, data_block=data_block, program_block=program_block,

@@ -14,11 +14,21 @@ import numpy as np
 import pytest
 
 import hm.game as game
-from hm.game import constants as C
 
-KEYS = range(5)
-CORNERS = set(C.CORNERS)
+KEYS = range(8)
+ROWS = COLS = 6
+CORNERS = {(0, 0), (0, 5), (5, 0), (5, 5)}
+DIRECTION_DELTAS = ((1, 0), (-1, 0), (0, -1), (0, 1))
 UP, DOWN, LEFT, RIGHT, SIPHON = 0, 1, 2, 3, 4
+
+# §15.3 grid channels, spelled out from the spec (not read from the engine's constants).
+GRID_CHANNELS = 42
+CH_VIRUS, CH_DAEMON, CH_GLITCH, CH_CRYPTOG = 0, 1, 2, 3
+CH_ENEMY_HP, CH_ENEMY_STUNNED, CH_ENEMY_FROM_SIPHON = 4, 5, 6
+CH_BLOCK_DATA, CH_BLOCK_PROGRAM, CH_BLOCK_QUESTION, CH_BLOCK_POINTS = 7, 8, 9, 10
+CH_BLOCK_SIPHONED, CH_BLOCK_SPAWN = 11, 35
+CH_TRANSMISSION, CH_CREDITS, CH_ENERGY = 36, 37, 38
+CH_PICKUP, CH_EXIT, CH_SIPHON_CENTER = 39, 40, 41
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +69,7 @@ def cells(entries):
 
 def expected_channels(**values):
     """A 42-channel vector with the given {channel: value}, zeros elsewhere."""
-    v = np.zeros(C.GRID_CHANNELS, np.float32)
+    v = np.zeros(GRID_CHANNELS, np.float32)
     for ch, x in values.items():
         v[int(ch.lstrip("c"))] = x
     return v
@@ -122,7 +132,7 @@ def test_05_attack_enemy_on_block(g):
     assert e is not None and e["type"] == "glitch" and e["hp"] == 1
     assert len(d["enemies"]) == 1
     assert not e["stunned"]  # stun cleared at the end of the phase
-    assert grid(obs)[4, 3, C.CH_ENEMY_STUNNED] == 0.0
+    assert grid(obs)[4, 3, CH_ENEMY_STUNNED] == 0.0
     assert d["player"]["hp"] == 3  # stunned during the phase: it did not attack
     g.assert_reward(r, -0.01, info)
 
@@ -173,7 +183,7 @@ def test_10_collect_pickup_by_walking(g):
     d = td(s)
     assert g.player_cell(d) == (4, 3)
     assert d["player"]["dataSiphons"] == 1
-    assert grid(obs)[4, 3, C.CH_PICKUP] == 0.0
+    assert grid(obs)[4, 3, CH_PICKUP] == 0.0
     assert (4, 3) not in g.pickup_cells(d)
     g.assert_reward(r, 1.04, info)
 
@@ -184,7 +194,7 @@ def test_11_walking_does_not_collect_resources(g):
     d = td(s)
     assert g.player_cell(d) == (4, 3)
     assert d["player"]["credits"] == 0
-    g.assert_close(grid(obs)[4, 3, C.CH_CREDITS], 2 / 3, "channel 37 at (4,3)")
+    g.assert_close(grid(obs)[4, 3, CH_CREDITS], 2 / 3, "channel 37 at (4,3)")
     g.assert_reward(r, 0.04, info)
 
 
@@ -210,7 +220,7 @@ def check_transmissions_placed(g, d, obs, n_expected, *, from_siphon=False, from
         assert cell not in blocks, t
         assert cell not in enemy_cells, t
         assert cell not in lof, f"transmission {cell} placed in the line of fire {sorted(lof)}"
-        g.assert_close(grid(obs)[cell[0], cell[1], C.CH_TRANSMISSION], 0.25,
+        g.assert_close(grid(obs)[cell[0], cell[1], CH_TRANSMISSION], 0.25,
                        f"channel 36 at {cell}")
 
 
@@ -267,13 +277,13 @@ def _check_generated_stage(g, d):
             assert b["spawnCount"] == b["points"], b
         else:
             pid = g.program_id_of_block(b)
-            assert b["spawnCount"] == C.PROGRAM_SPAWN_COUNT[pid], b
+            assert b["spawnCount"] == g.PROGRAM_SPAWN_COUNT[pid], b
             programs.append(pid)
     assert len(programs) == len(set(programs)), f"program repeats: {programs}"
 
     def neighbours(r, c):
-        for dr, dc in C.DIRECTION_DELTAS.tolist():
-            if 0 <= r + dr < C.ROWS and 0 <= c + dc < C.COLS:
+        for dr, dc in DIRECTION_DELTAS:
+            if 0 <= r + dr < ROWS and 0 <= c + dc < COLS:
                 yield r + dr, c + dc
 
     for b in blocks:
@@ -287,10 +297,10 @@ def _check_generated_stage(g, d):
             if n not in blocks and n not in visited:
                 visited.add(n)
                 frontier.append(n)
-    non_block = {(r, c) for r in range(C.ROWS) for c in range(C.COLS)} - blocks
+    non_block = {(r, c) for r in range(ROWS) for c in range(COLS)} - blocks
     assert visited == non_block, f"unreachable cells {sorted(non_block - visited)}"
-    for r in range(C.ROWS):
-        for c in range(C.COLS):
+    for r in range(ROWS):
+        for c in range(COLS):
             credits, energy, _ = g.resource_at(d, r, c)
             if (r, c) in blocks or (r, c) == exit_cell:
                 assert credits == 0 and energy == 0, (r, c)
@@ -304,9 +314,9 @@ def _walk_onto_exit_next(g, d):
     neighbour of the exit, plus the directional action that steps onto the exit."""
     er, ec = d["exit"]
     blocks = g.block_cells(d)
-    for action, (dr, dc) in enumerate(C.DIRECTION_DELTAS.tolist()):
+    for action, (dr, dc) in enumerate(DIRECTION_DELTAS):
         cell = (er - dr, ec - dc)
-        if 0 <= cell[0] < C.ROWS and 0 <= cell[1] < C.COLS and cell not in blocks:
+        if 0 <= cell[0] < ROWS and 0 <= cell[1] < COLS and cell not in blocks:
             break
     else:
         pytest.fail(f"exit {d['exit']} has no open neighbour")
@@ -361,11 +371,11 @@ def test_16_siphon_data_block(g):
         p = d["player"]
         assert (p["score"], p["credits"], p["energy"], p["dataSiphons"]) == (5, 2, 1, 0)
         x = grid(obs)
-        assert x[4, 3, C.CH_BLOCK_SIPHONED] == 1.0
-        g.assert_close(x[4, 3, C.CH_BLOCK_POINTS], 5 / 9, "channel 10 at (4,3)")
-        assert x[4, 3, C.CH_BLOCK_SPAWN] == 0.0
-        assert x[3, 3, C.CH_SIPHON_CENTER] == 1.0
-        assert x[3, 3, C.CH_CREDITS] == 0.0
+        assert x[4, 3, CH_BLOCK_SIPHONED] == 1.0
+        g.assert_close(x[4, 3, CH_BLOCK_POINTS], 5 / 9, "channel 10 at (4,3)")
+        assert x[4, 3, CH_BLOCK_SPAWN] == 0.0
+        assert x[3, 3, CH_SIPHON_CENTER] == 1.0
+        assert x[3, 3, CH_CREDITS] == 0.0
         assert d["scheduledTaskInterval"] == 11
         assert d["nextScheduledTaskTurn"] == 17
         assert d["pendingSiphonTransmissions"] == 0
@@ -598,8 +608,8 @@ def test_35_pull_stacks(g):
     assert cells(d["enemies"]) == [(4, 3), (3, 4), (3, 4)]
     assert [e["type"] for e in d["enemies"]] == ["daemon", "virus", "glitch"]
     x = grid(obs)
-    assert x[3, 4, C.CH_ENEMY_TYPE + C.VIRUS] == 1.0
-    assert x[3, 4, C.CH_ENEMY_TYPE + C.GLITCH] == 0.0
+    assert x[3, 4, CH_VIRUS] == 1.0
+    assert x[3, 4, CH_GLITCH] == 0.0
     g.assert_reward(r, -0.11, info)
 
 
@@ -610,7 +620,7 @@ def test_36_crash(g):
     s, obs, r, done, info = g.step(start(d0), g.ACTION["CRASH"])
     d = td(s)
     assert d["blocks"] == []
-    assert not grid(obs)[4, 4, C.CH_BLOCK_DATA:C.CH_BLOCK_SPAWN + 1].any()
+    assert not grid(obs)[4, 4, CH_BLOCK_DATA:CH_BLOCK_SPAWN + 1].any()
     assert d["transmissions"] == []
     assert len(d["enemies"]) == 1
     e = d["enemies"][0]
@@ -660,7 +670,7 @@ def test_40_row(g):
     assert len(d["enemies"]) == 2
     dm = g.enemy_at(d, 3, 0)
     assert dm["type"] == "daemon" and dm["hp"] == 1 and dm["stunned"]
-    assert grid(obs)[3, 0, C.CH_ENEMY_STUNNED] == 1.0
+    assert grid(obs)[3, 0, CH_ENEMY_STUNNED] == 1.0
     assert g.enemy_at(d, 3, 5) is None
     v = g.enemy_at(d, 4, 3)
     assert v["type"] == "virus" and v["hp"] == 2 and not v["stunned"]
@@ -777,7 +787,7 @@ def test_48_delay(g):
                     transmissions=[g.transmission(0, 0, 2)])
     s, obs, r, done, info = g.step(start(d0), g.ACTION["DELAY"])
     assert [t["turnsRemaining"] for t in td(s)["transmissions"]] == [5]
-    assert grid(obs)[0, 0, C.CH_TRANSMISSION] == 1.0
+    assert grid(obs)[0, 0, CH_TRANSMISSION] == 1.0
     g.assert_reward(r, -0.16, info)
 
 
@@ -789,8 +799,8 @@ def test_49_reduc(g):
     s, obs, r, done, info = g.step(s0, g.ACTION["REDUC"])
     d = td(s)
     x = grid(obs)
-    g.assert_close(x[4, 3, C.CH_BLOCK_SPAWN], 2 / 9, "channel 35 at (4,3)")
-    g.assert_close(x[4, 3, C.CH_BLOCK_POINTS], 3 / 9, "channel 10 at (4,3)")
+    g.assert_close(x[4, 3, CH_BLOCK_SPAWN], 2 / 9, "channel 35 at (4,3)")
+    g.assert_close(x[4, 3, CH_BLOCK_POINTS], 3 / 9, "channel 10 at (4,3)")
     b = g.block_at(d, 4, 3)
     assert (b["points"], b["spawnCount"]) == (3, 2)
     b = g.block_at(d, 4, 4)
@@ -824,10 +834,10 @@ def test_52_cryptog_visibility(g):
     s0 = start(d0)
     x = grid(g.observe(s0))
     assert not x[5, 5, 0:7].any(), "hidden cryptog must leave channels 0-6 at zero"
-    assert x[0, 4, C.CH_ENEMY_TYPE + C.CRYPTOG] == 1.0
-    g.assert_close(x[0, 4, C.CH_ENEMY_HP], 2 / 3, "channel 4 at (0,4)")
+    assert x[0, 4, CH_CRYPTOG] == 1.0
+    g.assert_close(x[0, 4, CH_ENEMY_HP], 2 / 3, "channel 4 at (0,4)")
     s, obs, r, done, info = g.step(s0, g.ACTION["SHOW"])
-    assert grid(obs)[5, 5, C.CH_ENEMY_TYPE + C.CRYPTOG] == 1.0
+    assert grid(obs)[5, 5, CH_CRYPTOG] == 1.0
     assert pvec(obs)[8] == 1.0
 
 

@@ -12,7 +12,7 @@ Public API
   `rng` is a `random.Random` (or any object with `below(n)` / `weighted(ws)`, see
   `enumerate_outcomes`). `info` has `reward_terms` (the 15 named terms of §14.1),
   `stage_completed`, `won`, `died`, `illegal`, plus model-only bookkeeping
-  (`snapshot_pushed`, `history_cleared`).
+  (`snapshot_pushed`, `history_cleared`, and on stage completion `transmissions_kept`).
 * `observe(s) -> (player[10], programs[23], grid[6][6][42])` (§15), float32-rounded.
 * `new_game(rng) -> RefState` (§12.5).
 * `enumerate_outcomes(s, action, budget)`: every outcome the rules allow, by exploring
@@ -77,6 +77,7 @@ from typing import Optional
 
 ROWS = COLS = 6
 CORNERS = ((0, 0), (0, 5), (5, 0), (5, 5))
+ALL_CELLS = tuple((r, c) for r in range(6) for c in range(6))
 # canonical direction order: up, down, left, right (= action index)
 DIRECTIONS = ((1, 0), (-1, 0), (0, -1), (0, 1))
 
@@ -1031,6 +1032,7 @@ def step(s: RefState, action, rng):
     ends_turn = (action <= ACTION_SIPHON or action == 5 + WAIT) and not reached_exit
     won_now = False
     if reached_exit:
+        info["transmissions_kept"] = len(s.transmissions)
         complete_stage(s, R)
         won_now = stage0 == 8
         info["stage_completed"] = True

@@ -12,7 +12,8 @@ transmission cells and types, WARP targets, POLY types). Then
 * too many branches to list (stage generation, several siphon transmissions, crowded
   enemy phases): only projections that no random draw can change are compared (listed
   in `_deterministic_fields`); six seeded model runs must agree on them, as a check of
-  that list, and the engine must match them.
+  that list, and the engine must match them. When the stage advanced, the engine's new
+  stage is also checked against §12.2-§12.4 and §11 (`_check_new_stage`).
 
 For every generated state the legal-action mask and the observation must be identical,
 an illegal action must leave the state unchanged with reward 0 and done, and
@@ -22,8 +23,11 @@ Random walks start from `hm.game.reset` and from generated scenarios, follow ran
 legal actions of the engine, and keep the model in lock-step (including the UNDO
 history, bounded like the engine's) so UNDO is compared too.
 
-Engine functions are jit-compiled once per module. The quick tests run by default;
-the big sweep is marked `slow` and runs when selected (`-m slow`) or with HM_SLOW=1.
+Engine functions are jit-compiled once per module. The quick tests run by default
+(a few minutes on 2 cores); the big sweeps are marked `slow` and, being much longer than
+the project's other `slow` tests, run only when selected (`-m slow`) or with HM_SLOW=1.
+`test_harness_accepts_the_model_itself` runs the harness with the model as the engine
+(own random draws): it proves the comparisons raise no false alarms.
 """
 
 import collections
@@ -32,6 +36,7 @@ import importlib
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -40,7 +45,7 @@ from . import model as M
 
 ENUMERATION_BUDGET = 256
 REWARD_TOL = dict(rel=1e-6, abs=1e-5)
-MAX_REPORTED = 12
+MAX_REPORTED = 6
 STATS = collections.Counter()      # how steps were compared (printed with -s)
 
 
@@ -93,7 +98,7 @@ def _slow_selected(config) -> bool:
 # Random scenarios (valid per SCENARIO.md, plausible per the rules)
 # ---------------------------------------------------------------------------
 
-ALL_CELLS = [(r, c) for r in range(6) for c in range(6)]
+ALL_CELLS = M.ALL_CELLS
 
 
 def random_scenario(rng: random.Random) -> dict:
@@ -295,17 +300,23 @@ class Mismatches:
     def __init__(self):
         self.items = []
         self.count = 0
+        self.kinds = collections.Counter()
 
     def add(self, scenario, action, problems, history_note=""):
         self.count += 1
-        if len(self.items) < MAX_REPORTED:
+        kinds = {re.sub(r"\[\d+\]", "[]", p.split(":")[0]) for p in problems}
+        new_kind = any(k not in self.kinds for k in kinds)
+        self.kinds.update(kinds)
+        # report the first examples, then one more example of each new kind of problem
+        if len(self.items) < MAX_REPORTED or (new_kind and len(self.items) < 3 * MAX_REPORTED):
             self.items.append(
                 f"--- action {action} on scenario {history_note}\n{json.dumps(scenario)}\n  "
                 + "\n  ".join(problems[:25]))
 
     def check(self):
         if self.count:
-            pytest.fail(f"{self.count} mismatch(es); first {len(self.items)}:\n"
+            pytest.fail(f"{self.count} mismatch(es); kinds: {dict(self.kinds.most_common())}\n"
+                        f"first {len(self.items)}:\n"
                         + "\n".join(self.items), pytrace=False)
 
 
@@ -397,6 +408,8 @@ def _fields_differ(a, b):
 def compare_step(engine, model_state, e_state, action, key_index, scenario, mismatches):
     """Compare one step. Returns (engine_state', model_state' or None, engine_out)."""
     e2, e_out = _run_engine(engine, e_state, action, key_index)
+    if action == 5 + M.UNDO and model_state.history:
+        STATS["UNDO steps"] += 1
     outs = M.enumerate_outcomes(model_state, action, ENUMERATION_BUDGET)
     if outs is not None:
         e_canon = e_out[0]
@@ -425,11 +438,95 @@ def compare_step(engine, model_state, e_state, action, key_index, scenario, mism
         assert f == fields[0], f"model: {_fields_differ(fields[0], f)} should be deterministic"
     try:
         problems = _fields_differ(fields[0], _engine_fields(action, e_out))
+        advanced = [o for o in seeded if o[4]["stage_completed"] and o[0].stage > model_state.stage]
+        if advanced and e_out[0]["stage"] > model_state.stage:
+            problems += _check_new_stage(model_state, advanced[0], e_out)
     except ValueError as e:
         problems = [f"engine to_dict unreadable: {e}"]
     if problems:
         mismatches.add(scenario, action, problems, "(random step: deterministic parts)")
     return e2, _resync(engine, model_state, seeded[0], e_out), e_out
+
+
+def _check_new_stage(before, model_out, e_out):
+    """§12.2-§12.4 properties of the engine's freshly generated stage, and equality with
+    the model on everything stage generation does not draw (a model outcome that also
+    advanced the stage is the reference)."""
+    canon, depth = e_out[0], e_out[1]
+    ref = M.to_scenario(model_out[0])
+    s = M.from_scenario(canon, strict=False)
+    problems = []
+    for k in ("player", "enemies", "stage", "turn", "showActivated", "scheduledTasksDisabled",
+              "scheduledTaskInterval", "nextScheduledTaskTurn", "pendingSiphonTransmissions",
+              "stepActive", "atkPlusUses", "won", "ownedPrograms"):
+        problems += _diff({k: ref[k]}, {k: canon[k]})
+    if depth not in (None, 0):
+        problems.append(f"new stage: undoDepth {depth}, history must be cleared")
+    if canon["siphonedCells"] or canon["siphonCenters"] or any(b["siphoned"] for b in canon["blocks"]):
+        problems.append("new stage: siphon flags not cleared")
+    q = (s.player.row, s.player.col)
+    corners = [x for x in M.CORNERS if x != q]
+    if s.exit not in corners:
+        problems.append(f"new stage: exit {s.exit} not a corner other than the player's")
+    pickups = {x for x in M.ALL_CELLS if s.cell(*x).content == M.PICKUP}
+    if pickups != {x for x in corners if x != s.exit}:
+        problems.append(f"new stage: pickups {sorted(pickups)}")
+    # blocks
+    old_entities = {(e.row, e.col) for e in s.enemies} | {
+        (t["row"], t["col"]) for t in ref["transmissions"][:len(before.transmissions)]}
+    eligible = [x for x in M.ALL_CELLS if x not in M.CORNERS and x not in old_entities]
+    blocks = {x for x in M.ALL_CELLS if s.cell(*x).content == M.BLOCK}
+    if blocks & (set(M.CORNERS) | old_entities):
+        problems.append(f"new stage: blocks on corners/entities {sorted(blocks & (set(M.CORNERS) | old_entities))}")
+    if blocks and not (min(5, len(eligible)) <= len(blocks) <= 11):
+        problems.append(f"new stage: {len(blocks)} blocks with {len(eligible)} eligible cells")
+    if not M.layout_is_valid(s, blocks):
+        problems.append("new stage: invalid layout (§12.4)")
+    programs = []
+    for x in sorted(blocks):
+        b = s.cell(*x).block
+        if b.kind == "data" and not (b.spawn == b.points and 1 <= b.points <= 9):
+            problems.append(f"new stage: data block {x} points {b.points} spawn {b.spawn}")
+        if b.kind == "program":
+            programs.append(b.program)
+            if b.spawn != M.SPAWN_COUNT[b.program]:
+                problems.append(f"new stage: program block {x} spawn {b.spawn}")
+    if len(programs) != len(set(programs)):
+        problems.append(f"new stage: repeated programs {programs}")
+    for x in M.ALL_CELLS:
+        cell = s.cell(*x)
+        amount = (cell.credits, cell.energy)
+        if cell.content in (M.EMPTY, M.PICKUP):
+            if not ((amount[0] == 0) != (amount[1] == 0) and 1 <= sum(amount) <= 3):
+                problems.append(f"new stage: resource at {x} = {amount}")
+        elif amount != (0, 0):
+            problems.append(f"new stage: resource on {cell.content} {x}")
+    # transmissions: the survivors, then `stage` new ones placed per §11
+    kept = model_out[4]["transmissions_kept"]
+    old = ref["transmissions"][:kept]
+    if canon["transmissions"][:kept] != old:
+        brief = lambda ts: [(t["row"], t["col"], t["turnsRemaining"], t["enemyType"]) for t in ts]
+        problems.append(f"new stage: the {kept} surviving transmission(s) {brief(old)} must "
+                        f"lead the list; engine has {brief(canon['transmissions'])}")
+    placed = M.from_scenario({**canon, "transmissions": canon["transmissions"][:kept]},
+                             strict=False)
+    new = s.transmissions[kept:]
+
+    def free_cells():
+        return [x for x in M.ALL_CELLS if x != q and not M.enemies_at(placed, *x)
+                and not M.transmissions_at(placed, *x) and not M.is_block(placed, *x)]
+
+    for t in new:
+        if (t.timer, t.from_task, t.from_siphon) != (1, False, False):
+            problems.append(f"new stage: new transmission {t}")
+        free = free_cells()
+        out_of_line = [x for x in free if not M._in_line_of_fire(placed, x)]
+        if (t.row, t.col) not in (out_of_line or free):
+            problems.append(f"new stage: transmission at {(t.row, t.col)} not allowed by §11")
+        placed.transmissions.append(t)
+    if len(new) > s.stage or (len(new) < s.stage and free_cells()):
+        problems.append(f"new stage: {len(new)} new transmissions at stage {s.stage}")
+    return problems
 
 
 def _resync(engine, prev, seeded_out, e_out):
@@ -582,6 +679,101 @@ def test_harness_accepts_the_model_itself():
     eng = _model_as_engine()
     sweep(eng, n_states=25, seed=3)
     walk(eng, n_walks=6, length=60, seed=4)
+
+
+def _edge_scenarios():
+    """Hand-made states for rare rules the random generator seldom reaches."""
+    from .test_model import F, act, data_block, enemy, program_block, trans
+
+    everything = list(range(5, 28))
+    rich = dict(credits=30, energy=30, ownedPrograms=everything)
+    wall = [data_block(r, c, 1) for r, c in ((1, 1), (1, 2), (1, 3), (2, 1), (2, 3), (3, 1),
+                                             (3, 3), (3, 2))]
+    crowd = [enemy("daemon", r, c) for r in range(6) for c in range(6)
+             if (r, c) not in ((0, 0), (5, 5), (0, 1))]
+    return [
+        # victory, with resources held and recovery
+        F(5, 4, stage=8, score=10, hp=2, credits=7, energy=3),
+        # WARP onto the exit among several targets; WARP landing on a block/pickup
+        F(0, 0, credits=2, energy=2, ownedPrograms=[act("warp")],
+          enemies=[enemy("virus", 5, 5), enemy("glitch", 2, 2), enemy("daemon", 0, 3)],
+          blocks=[data_block(2, 2, 4)], transmissions=[trans(5, 0, 2)],
+          resources=[{"row": 5, "col": 0, "dataSiphon": True}]),
+        # player on a block (after WARP): siphon takes the block under the player
+        F(2, 2, dataSiphons=1, blocks=[data_block(2, 2, 4), program_block(3, 2, "row", 2)],
+          resources=[{"row": 1, "col": 2, "credits": 3}, {"row": 4, "col": 4, "energy": 2}],
+          **{"ownedPrograms": [act("row")]}),
+        # an enemy on the player's cell (WARP onto a transmission a PUSH had stacked on)
+        F(2, 2, energy=3, ownedPrograms=[act("wait"), act("row"), act("col"), act("push")],
+          credits=6, enemies=[enemy("virus", 2, 2), enemy("daemon", 4, 2)]),
+        # PUSH / PULL collisions at the edge
+        F(2, 2, energy=4, ownedPrograms=[act("push"), act("pull")],
+          enemies=[enemy("glitch", 5, 3), enemy("virus", 4, 4), enemy("daemon", 5, 4),
+                   enemy("cryptog", 3, 3), enemy("virus", 2, 4)]),
+        # CRASH / D_BOM with stacked entities and task flags
+        F(3, 3, **rich, enemies=[
+            enemy("virus", 4, 4, isFromScheduledTask=True), enemy("daemon", 4, 4),
+            enemy("daemon", 2, 2), enemy("daemon", 4, 2), enemy("glitch", 2, 2, hp=1),
+            enemy("glitch", 1, 1, hp=1), enemy("virus", 3, 1, hp=1)],
+          transmissions=[trans(2, 4, 3, isFromScheduledTask=True), trans(4, 3, 2)],
+          blocks=[data_block(2, 3, 2), program_block(3, 2, "crash", 6)]),
+        # enemy walled in (rules B and C), player boxed in (no exit path: distance 0)
+        F(2, 2, energy=5, ownedPrograms=[act("wait")], blocks=wall,
+          enemies=[enemy("daemon", 5, 0), enemy("cryptog", 0, 2), enemy("glitch", 4, 4)]),
+        # corridor jam: the shortest path is blocked by other enemies
+        F(0, 0, energy=5, ownedPrograms=[act("wait")],
+          blocks=[data_block(1, c, 1) for c in range(0, 5)] + [data_block(3, c, 1) for c in range(1, 6)],
+          enemies=[enemy("daemon", 2, 3), enemy("daemon", 2, 4), enemy("virus", 2, 5),
+                   enemy("virus", 4, 0, disabledTurns=1)]),
+        # nowhere to place transmissions (crowded board), pending and a due scheduled task
+        F(0, 0, energy=5, ownedPrograms=[act("wait"), act("undo")], credits=3, turn=12,
+          nextScheduledTaskTurn=12, pendingSiphonTransmissions=4, enemies=crowd[:33]),
+        # STEP armed with pending spawns and stuns that must carry over
+        F(3, 3, stepActive=True, pendingSiphonTransmissions=2, dataSiphons=1,
+          enemies=[enemy("virus", 5, 5, stunned=True), enemy("daemon", 0, 0, disabledTurns=2)]),
+        # siphon: question blocks, owned programs, missed value with programs in the set
+        F(2, 2, dataSiphons=2, ownedPrograms=[act("push")], blocks=[
+            {"row": 3, "col": 2, "type": "question", "hidden": "program", "programType": "push"},
+            {"row": 2, "col": 3, "type": "question", "hidden": "data", "points": 3},
+            program_block(2, 1, "hack", 4)],
+          resources=[{"row": 3, "col": 3, "credits": 3}, {"row": 1, "col": 2, "energy": 1},
+                     {"row": 3, "col": 1, "energy": 2}]),
+        # HACK / DEBUG on siphoned block cells, ANTI-V and POLY on damaged enemies
+        F(3, 3, **rich, attackDamage=2, blocks=[data_block(4, 4, 3, 0, siphoned=True)],
+          siphonedCells=[[0, 0], [3, 3]], enemies=[
+              enemy("glitch", 4, 4), enemy("virus", 0, 0, hp=1), enemy("daemon", 3, 3, hp=2),
+              enemy("cryptog", 5, 0, hp=1)]),
+        # stage advance with many persisting entities (block count reduced)
+        F(5, 4, stage=3, enemies=crowd[3:30], transmissions=[trans(0, 1, 4)]),
+        # DELAY with long timers, REDUC on a question block, SCORE at stage 7
+        F(3, 3, **rich, stage=7, transmissions=[trans(0, 5, 9), trans(5, 0, 1)],
+          blocks=[{"row": 1, "col": 1, "type": "question", "hidden": "data", "points": 2}]),
+    ]
+
+
+def test_differential_edge_cases(engine):
+    mismatches = Mismatches()
+    for i, d in enumerate(_edge_scenarios()):
+        check_state(engine, d, mismatches, 900_000 + i)
+    mismatches.check()
+
+
+def test_warp_onto_exit_keeps_later_transmissions(engine):
+    """WARP removes a transmission on the exit and completes the stage; a transmission
+    later in the list must survive into the new stage (§12.2), ahead of the new ones."""
+    d = {"player": {"row": 0, "col": 0, "credits": 2, "energy": 2}, "ownedPrograms": [5 + M.WARP],
+         "transmissions": [{"row": 5, "col": 5, "turnsRemaining": 4, "enemyType": "daemon"},
+                           {"row": 2, "col": 3, "turnsRemaining": 3, "enemyType": "virus"}]}
+    s = M.from_scenario(d, history_cap=engine.history_cap)
+    e_state = engine.game.from_dict(d)
+    mismatches = Mismatches()
+    for k in range(32):
+        _, _, e_out = compare_step(engine, s, e_state, 5 + M.WARP, 77_000 + k, d, mismatches)
+        if e_out[0].get("stage") == 2:
+            break
+    else:
+        pytest.fail("the engine's WARP never picked the exit in 32 keys")
+    mismatches.check()
 
 
 def test_differential_quick(engine):

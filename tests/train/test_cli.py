@@ -48,7 +48,7 @@ BAD_INPUT = [
     (["--max-grad-norm", "0"], "--max-grad-norm must be a number > 0"),
     (["--hidden-dim", "0"], "--hidden-dim must be an integer >= 1"),
     (["--num-layers", "0"], "--num-layers must be an integer >= 1"),
-    (["--precision", "fp16"], "argument --precision: invalid choice: 'fp16'"),
+    (["--precision", "fp16"], "argument --precision: Value for variable \"precision\" must be one of ['auto', 'f32', 'bf16']"),
     (["--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
     (["--max-episode-steps", "0"], "--max-episode-steps must be an integer >= 1"),
     (["--updates-per-call", "0"], "--updates-per-call must be an integer >= 1"),

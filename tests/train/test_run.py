@@ -287,6 +287,74 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, compile_cache):
     assert f"checkpoint {latest}" in out and "resume with: bin/train --resume" in out
 
 
+MULTI_HOST_WORKER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from hm.train import NullEnv, TrainConfig, maybe_initialize_distributed
+    from hm.train.run import RunOptions, Trainer, run
+
+    port, process_id, runs, cache = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+    config = TrainConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 4, hidden_dim=16, num_layers=1,
+                         num_minibatches=2, update_epochs=1, updates_per_call=2, seed=3)
+    options = RunOptions(runs_dir=runs, run_name="multi", compile_cache=cache, save_interval=2,
+                         coordinator_address=f"localhost:{port}", num_processes=2, process_id=process_id)
+    # The distributed runtime must start before anything touches a device (NullEnv does).
+    maybe_initialize_distributed(options.coordinator_address, options.num_processes, options.process_id)
+    sys.exit(run(Trainer(config, options, env=NullEnv())))
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_only_process_0_writes(tmp_path, compile_cache, make_trainer):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    runs = tmp_path / "runs"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", MULTI_HOST_WORKER, str(port), str(index), str(runs), str(compile_cache)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        for index in (0, 1)
+    ]
+    try:
+        outputs = [process.communicate(timeout=600) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    for process, (_, err) in zip(processes, outputs):
+        assert process.returncode == 0, err
+    (out0, _), (out1, err1) = outputs
+    assert "devices: 2 x cpu (2 processes, 4 envs per device)" in out0 and "done: " in out0
+    assert "update " not in out1 and "run multi" not in out1, "process 1 prints nothing"
+    assert "[" not in "".join(line for line in err1.splitlines() if not line.startswith("[Gloo]"))
+
+    run_dir = runs / "multi"
+    assert sorted(p.name for p in runs.iterdir()) == ["multi"]
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    assert (run_dir / "policy.eqx").exists() and (run_dir / "config.json").exists()
+    latest = checkpoint.find_checkpoint(run_dir)
+    meta = checkpoint.read_meta(latest)
+    assert meta.layout == checkpoint.Layout(num_envs=8, num_devices=2, num_processes=2)
+    assert meta.leaves[".envs.obs"][0] == (8, 1545), "every process's env slots were gathered"
+
+    # The same checkpoint continues in one process on one device: weights kept.
+    resumed, console = make_trainer(None, resume=latest)
+    assert "new batch layout: devices 2 -> 1, processes 2 -> 1" in console.getvalue()
+    assert (resumed.update, resumed.env_steps) == (4, 256)
+    np.testing.assert_array_equal(
+        np.asarray(resumed.state.params.value_head.weight), checkpoint.read_arrays(latest)[".params.value_head.weight"]
+    )
+
+
 # Host-side pieces.
 
 
@@ -302,9 +370,11 @@ def test_run_names():
 def test_new_run_dir_never_reuses_a_directory(tmp_path):
     (tmp_path / "20261122-031500").mkdir()
     assert new_run_dir(tmp_path, "20261122-031500", automatic=True) == tmp_path / "20261122-031500-2"
+    assert new_run_dir(tmp_path, "20261122-031500", automatic=True) == tmp_path / "20261122-031500-3"
     with pytest.raises(RunError, match="already exists"):
         new_run_dir(tmp_path, "20261122-031500", automatic=False)
-    assert new_run_dir(tmp_path, "fresh", automatic=False) == tmp_path / "fresh"
+    assert new_run_dir(tmp_path / "new", "fresh", automatic=False) == tmp_path / "new" / "fresh"
+    assert (tmp_path / "new" / "fresh").is_dir()
 
 
 def test_split_updates_scalars_and_vectors():

@@ -1,0 +1,59 @@
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from bench import common
+
+
+def test_time_calls_feeds_each_output_to_the_next_call():
+    add_one = jax.jit(lambda count: count + 1, donate_argnums=0)
+
+    timing, count = common.time_calls(add_one, jnp.zeros((), jnp.int32), repeats=3)
+
+    assert count.dtype == jnp.int32 and count.shape == ()
+    assert int(count) == 1 + 3  # the untimed-in-median first call, then the repeats
+    assert timing.compile_s > 0 and timing.first_call_s > 0 and timing.median_s > 0
+    assert timing.peak_rss_mb > 0
+
+
+def test_time_calls_needs_a_repeat():
+    with pytest.raises(ValueError):
+        common.time_calls(jax.jit(lambda x: x), jnp.zeros(()), repeats=0)
+
+
+def test_record_appends_one_json_line_per_result(tmp_path, capsys):
+    out = tmp_path / "results" / "env.jsonl"
+    timing = common.Timing(compile_s=2.0, first_call_s=0.5, median_s=0.25, peak_rss_mb=100.0)
+
+    common.record("env", {"num_envs": 8}, timing, steps=1000, out=out)
+    common.record("env", {"num_envs": 8}, timing, steps=1000, out=out)
+
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == 2
+    assert results[0]["name"] == "env"
+    assert results[0]["config"] == {"num_envs": 8}
+    assert results[0]["metrics"]["steps_per_s"] == 4000.0
+    assert results[0]["metrics"]["compile_s"] == 2.0
+    assert results[0]["backend"] == jax.default_backend()
+    assert "4,000 steps/s" in capsys.readouterr().out
+
+
+def test_request_devices_is_a_no_op_when_enough_exist(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    common.request_devices(4)
+    common.request_devices(1)
+
+
+def test_request_devices_after_jax_started_says_how_to_get_them(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    jax.devices()  # JAX has initialised its backends
+    with pytest.raises(RuntimeError, match="XLA_FLAGS"):
+        common.request_devices(2)
+
+
+def test_batch_mesh_refuses_more_devices_than_exist():
+    with pytest.raises(ValueError):
+        common.batch_mesh(len(jax.devices()) + 1, "envs")
+    assert common.batch_mesh(1, "envs").shape == {"envs": 1}

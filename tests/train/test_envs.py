@@ -1,0 +1,110 @@
+"""The env protocol: compact observations, truncation and auto-reset, the game adapter."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from probes import PROBE_STATES, TabularState, probe_suite
+
+from hm.game import constants as C
+from hm.train import envs as envs_lib
+from hm.train.envs import HackMatrixEnv, NullEnv
+
+
+def test_pack_obs_is_exact_for_the_values_the_game_makes():
+    # the game's grid values k/3 (k <= 3), k/4, k/9 (k <= 9), computed as the game does
+    tail = jax.jit(lambda: jnp.concatenate([
+        jnp.arange(k + 1, dtype=jnp.float32) / d for k, d in ((3, 3), (28, 4), (9, 9))]))()
+    obs = jnp.concatenate([jnp.full((10,), 0.123456, jnp.float32), tail])
+    packed = jax.jit(envs_lib.pack_obs, static_argnums=1)(obs, 10)
+    assert packed.tail.dtype == jnp.uint8 and packed.head.dtype == jnp.float32
+    restored = jax.jit(envs_lib.unpack_obs)(packed)
+    assert restored.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(restored).view(np.uint32), np.asarray(obs).view(np.uint32))
+
+
+def test_pack_obs_is_lossless_on_its_own_codes():
+    codes = jnp.arange(256, dtype=jnp.uint8)
+    packed = envs_lib.PackedObservation(head=jnp.zeros((1,), jnp.float32), tail=codes)
+    again = jax.jit(lambda p: envs_lib.pack_obs(envs_lib.unpack_obs(p), 1))(packed)
+    np.testing.assert_array_equal(again.tail, codes)
+
+
+def test_null_env_has_the_game_shapes_and_packs_exactly():
+    env = NullEnv()
+    state, obs = env.reset(jax.random.key(0))
+    assert obs.shape == (C.OBS_FLAT_SIZE,) and obs.dtype == jnp.float32
+    state, obs, reward, done, info = env.step(state, jnp.int32(3), jax.random.key(1))
+    assert env.legal_actions(state).shape == (C.NUM_ACTIONS,)
+    assert info.reward_terms.shape == (len(C.REWARD_TERMS),)
+    np.testing.assert_array_equal(env.decode_obs(env.encode_obs(obs)), obs)
+    metrics = env.action_metrics(jnp.full((C.NUM_ACTIONS,), 1.0 / C.NUM_ACTIONS))
+    assert float(metrics["actions/move_frac"]) == pytest.approx(4 / 28)
+    assert float(metrics["actions/program/WAIT"]) == pytest.approx(1 / 28)
+
+
+def test_vector_step_truncates_and_resets():
+    env = probe_suite()
+    loop, constant = PROBE_STATES.index("loop"), PROBE_STATES.index("constant")
+    n = 2
+    start = TabularState(state=jnp.array([loop, loop], jnp.int32))
+    vec = envs_lib.VecEnvState(state=start, obs=jax.vmap(env.observe)(start),
+                               mask=jax.vmap(env.legal_actions)(start),
+                               episode_return=jnp.zeros(n), episode_length=jnp.array([0, 2], jnp.int32))
+    fresh_state = TabularState(state=jnp.array([constant, constant], jnp.int32))
+    fresh = envs_lib.FreshGames(state=fresh_state, obs=jax.vmap(env.observe)(fresh_state),
+                                mask=jax.vmap(env.legal_actions)(fresh_state))
+    keys = jax.random.split(jax.random.key(0), n)
+    actions = jnp.zeros(n, jnp.int32)
+    vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
+    # slot 1 reached 3 steps: truncated (not done), restarted from its fresh game
+    assert out.truncated.tolist() == [False, True] and out.done.tolist() == [False, False]
+    assert vec.state.state.tolist() == [loop, constant]
+    assert out.episode_return.tolist() == [1.0, 1.0] and out.episode_length.tolist() == [1, 3]
+    assert vec.episode_length.tolist() == [1, 0] and vec.episode_return.tolist() == [1.0, 0.0]
+    np.testing.assert_array_equal(out.final_obs[1], env.observe(TabularState(state=jnp.int32(loop))))
+    np.testing.assert_array_equal(vec.obs[1], fresh.obs[1])
+    # a terminal step: done, not truncated, restarted
+    vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
+    assert out.done.tolist() == [False, True] and out.truncated.tolist() == [False, False]
+    assert vec.state.state.tolist() == [loop, constant]
+
+
+def test_hackmatrix_adapter():
+    env = HackMatrixEnv()
+    state, obs = jax.jit(env.reset)(jax.random.key(0))
+    assert obs.shape == (C.OBS_FLAT_SIZE,) and obs.dtype == jnp.float32
+    mask = env.legal_actions(state)
+    assert mask.shape == (C.NUM_ACTIONS,) and bool(jnp.any(mask))
+    action = jnp.argmax(mask).astype(jnp.int32)
+    state, obs, reward, done, info = jax.jit(env.step)(state, action, jax.random.key(1))
+    assert reward.dtype == jnp.float32 and done.dtype == jnp.bool_
+    assert info.reward_terms.shape == (15,) and info.stage.dtype == jnp.int32
+    np.testing.assert_allclose(jnp.sum(info.reward_terms), reward, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_packed_game_observations_are_exact():
+    """Random legal play on the real game: every observation survives uint8 storage."""
+    env = HackMatrixEnv()
+    n, steps = 64, 200
+
+    def play(key):
+        state, obs = jax.vmap(env.reset)(jax.random.split(key, n))
+
+        def step(carry, key):
+            state, obs = carry
+            action_key, step_key, reset_key = jax.random.split(key, 3)
+            mask = jax.vmap(env.legal_actions)(state)
+            logits = jnp.where(mask, 0.0, -jnp.inf)
+            action = jax.random.categorical(action_key, logits).astype(jnp.int32)
+            state, obs, _, done, _ = jax.vmap(env.step)(state, action, jax.random.split(step_key, n))
+            fresh, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, n))
+            state, obs = envs_lib._select(done, (fresh, fresh_obs), (state, obs))
+            restored = jax.vmap(env.decode_obs)(jax.vmap(env.encode_obs)(obs))
+            return (state, obs), jnp.sum(restored != obs)
+
+        _, mismatches = jax.lax.scan(step, (state, obs), jax.random.split(key, steps))
+        return mismatches
+
+    assert int(jnp.sum(jax.jit(play)(jax.random.key(0)))) == 0

@@ -1,0 +1,180 @@
+"""The fused learner on probe problems with known answers, and its compile/determinism
+contract. One tiny program is compiled per module fixture and shared by the tests."""
+
+import dataclasses
+import logging
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from probes import PROBE_STATES, probe_suite
+
+from hm.train import distributions
+from hm.train.config import TrainConfig, resolve
+from hm.train.learner import Learner, init, make_train_fn, reshard_for, total_env_steps
+from hm.train.mesh import make_mesh
+from hm.train.network import evaluate
+
+GAMMA = 0.9
+UPDATES = 30
+
+
+def probe_config(**overrides):
+    fields = dict(num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2 * UPDATES, hidden_dim=32,
+                  gamma=GAMMA, ent_coef=0.01, lr=5e-3, max_episode_steps=5,
+                  updates_per_call=UPDATES, precision="f32")
+    fields.update(overrides)
+    return resolve(TrainConfig(**fields), "cpu", 1)
+
+
+def run(resolved, env, calls=2, seed=0):
+    mesh = make_mesh(1)
+    train = make_train_fn(resolved, env, mesh)
+    state = init(resolved, seed, env=env, mesh=mesh)
+    metrics = []
+    for _ in range(calls):
+        state, m = train(state)
+        metrics.append(m)
+    return types.SimpleNamespace(train=train, state=state, metrics=metrics, env=env, mesh=mesh,
+                                 resolved=resolved)
+
+
+@pytest.fixture(scope="module")
+def probe_run():
+    return run(probe_config(), probe_suite())
+
+
+def policy_and_values(params, env, precision="f32"):
+    logits, values = evaluate(params, jnp.eye(env.obs_size), precision)
+    probs = distributions.probs(logits, env.legal)
+    return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
+
+
+def test_probe_values_are_learned(probe_run):
+    learned = policy_and_values(probe_run.state.params, probe_run.env)
+    expected = {"constant": 1.0, "positive": 1.0, "negative": -1.0, "discount_first": GAMMA,
+                "discount_second": 1.0, "credit": 1.0, "masked": 1.0}
+    for name, value in expected.items():
+        assert learned[name][1] == pytest.approx(value, abs=0.05), name
+
+
+def test_truncation_is_bootstrapped(probe_run):
+    # +1 forever, cut after 5 steps: 1/(1-gamma) = 10 only with bootstrapping; treating
+    # the cut as death would give at most (1 - 0.9^5)/(1 - 0.9) = 4.1
+    _, value = policy_and_values(probe_run.state.params, probe_run.env)["loop"]
+    assert value == pytest.approx(1.0 / (1.0 - GAMMA), abs=0.5)
+
+
+def test_credit_assignment_and_masking(probe_run):
+    learned = policy_and_values(probe_run.state.params, probe_run.env)
+    assert learned["credit"][0][1] > 0.95
+    probs, _ = learned["masked"]
+    assert probs[2] == 0.0  # the illegal +10 action: never
+    assert probs[1] > 0.95
+
+
+def test_metrics_and_counters(probe_run):
+    metrics = probe_run.metrics[-1]
+    for name in ("loss/total", "loss/policy", "loss/value", "loss/entropy", "ppo/approx_kl",
+                 "ppo/clip_frac", "ppo/explained_variance", "ppo/grad_norm", "ppo/lr",
+                 "episode/return", "episode/length", "episode/highest_stage", "episode/win_rate",
+                 "episode/count", "episode/max_stage", "reward/reward", "env_steps"):
+        assert metrics[name].shape == (), name
+        assert np.isfinite(float(metrics[name])), name
+    assert float(metrics["ppo/lr"]) == pytest.approx(5e-3)
+    assert int(metrics["env_steps"]) == 16 * 16 * UPDATES
+    assert int(metrics["episode/count"]) > 0
+    assert float(metrics["ppo/explained_variance"]) > 0.9
+    # episodes: mean return of the probe starts under the learned policy
+    assert 0.5 < float(metrics["episode/return"]) < 2.5
+    assert int(probe_run.state.update) == 2 * UPDATES
+    assert total_env_steps(probe_run.state) == 2 * UPDATES * 16 * 16
+
+
+def test_compiles_once(probe_run, caplog):
+    state = probe_run.state
+    with caplog.at_level(logging.WARNING), jax.log_compiles(True):
+        state, _ = probe_run.train(state)
+    compiles = [r for r in caplog.records if "Compiling" in r.getMessage() and "chunk" in r.getMessage()]
+    assert compiles == []
+    assert probe_run.train._cache_size() == 1
+    probe_run.state = state
+
+
+def test_buffers_are_donated(probe_run):
+    state = probe_run.state
+    new_state, _ = probe_run.train(state)
+    assert state.params.trunk[0].weight.is_deleted()
+    assert state.envs.obs.is_deleted()
+    probe_run.state = new_state
+
+
+def test_same_seed_same_parameters():
+    resolved = probe_config(updates_per_call=3, total_timesteps=16 * 16 * 3)
+    env = probe_suite()
+    first = run(resolved, env, calls=1)
+    mesh = first.mesh
+    second = init(resolved, 0, env=env, mesh=mesh)
+    second, _ = first.train(second)
+    for a, b in zip(jax.tree.leaves(first.state), jax.tree.leaves(second)):
+        np.testing.assert_array_equal(jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a,
+                                      jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
+    other = init(resolved, 1, env=env, mesh=mesh)
+    other, _ = first.train(other)
+    assert not np.array_equal(other.params.trunk[0].weight, first.state.params.trunk[0].weight)
+
+
+def test_reshard_keeps_weights_and_counters(probe_run):
+    bigger = dataclasses.replace(probe_run.resolved, num_envs=32)
+    state = reshard_for(probe_run.state, bigger, env=probe_run.env, mesh=probe_run.mesh)
+    assert state.envs.obs.shape == (32, probe_run.env.obs_size)
+    np.testing.assert_array_equal(state.params.trunk[0].weight, probe_run.state.params.trunk[0].weight)
+    assert int(state.update) == int(probe_run.state.update)
+    assert total_env_steps(state) == total_env_steps(probe_run.state)
+    adam = state.opt_state[1][0]
+    assert int(adam.count) == 0 and float(jnp.abs(adam.mu.trunk[0].weight).max()) == 0.0
+
+
+def test_bf16_learner_runs_and_learns():
+    resolved = probe_config(precision="bf16")
+    result = run(resolved, probe_suite(), calls=2)
+    for leaf in jax.tree.leaves(result.state.params):
+        assert leaf.dtype == jnp.float32 and np.all(np.isfinite(leaf))
+    assert all(np.isfinite(float(v)) for v in result.metrics[-1].values())
+    learned = policy_and_values(result.state.params, result.env, "bf16")
+    assert learned["constant"][1] == pytest.approx(1.0, abs=0.1)
+    assert learned["negative"][1] == pytest.approx(-1.0, abs=0.1)
+    assert learned["credit"][0][1] > 0.9 and learned["masked"][0][2] == 0.0
+
+
+def test_truncation_values_on_every_path():
+    env = probe_suite()
+    learner = Learner(env=env, config=probe_config(num_envs=64, max_episode_steps=1000))
+    params = learner.init_params(jax.random.key(0))
+    obs = jax.random.normal(jax.random.key(1), (64, env.obs_size))
+    _, full = evaluate(params, obs, "f32")
+    values = jax.jit(lambda p, o, t: learner.truncation_values(p, o, t))
+    for count in (0, 3, 9, 64):  # none, compacted (capacity 9), capacity, every row
+        truncated = jnp.zeros(64, bool).at[jax.random.permutation(jax.random.key(count), 64)[:count]].set(True)
+        got = values(params, obs, truncated)
+        np.testing.assert_allclose(got, jnp.where(truncated, full, 0.0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_steps, minibatches", [(16, 4), (6, 4), (3, 8)])
+def test_minibatches_partition_each_group(num_steps, minibatches):
+    resolved = probe_config(num_steps=num_steps, num_minibatches=minibatches,
+                            total_timesteps=16 * num_steps)
+    learner = Learner(env=probe_suite(), config=resolved)
+    indices = np.asarray(learner.minibatch_indices(jax.random.key(0)))
+    g = learner.group_size
+    assert indices.shape == (minibatches, 16 // g, num_steps * g // minibatches)
+    for group in range(16 // g):
+        assert sorted(indices[:, group].ravel().tolist()) == list(range(num_steps * g))
+    # to_groups: sample s of group G is step s // g of env slot G * g + s % g
+    steps = jnp.broadcast_to(jnp.arange(num_steps)[:, None], (num_steps, 16))
+    slots = jnp.broadcast_to(jnp.arange(16)[None, :], (num_steps, 16))
+    s = np.arange(num_steps * g)
+    np.testing.assert_array_equal(learner.to_groups(steps)[1], s // g)
+    np.testing.assert_array_equal(learner.to_groups(slots)[1], g + s % g)

@@ -19,10 +19,6 @@ def player_cell(state: GameState) -> Int32[Array, ""]:
     return state.player.row * C.COLS + state.player.col
 
 
-def enemy_cells(state: GameState) -> Int32[Array, "36"]:
-    return entities.cells(state.enemies)
-
-
 def _on(mask_cells: Bool[Array, "36"], cells: Int32[Array, "N"]) -> Bool[Array, "N"]:
     """Whether each of `cells` (−1 = off board) is set in a per-cell mask."""
     return (cells >= 0) & mask_cells[jnp.maximum(cells, 0)]
@@ -32,7 +28,7 @@ def program_conditions(state: GameState) -> Bool[Array, "23"]:
     """Each program's own legality condition of §4 (ownership and cost aside)."""
     p, b, e, t = state.player, state.board, state.enemies, state.transmissions
     is_block = b.content == C.BLOCK
-    ecell = enemy_cells(state)
+    ecell = entities.cells(e)
     any_enemy = jnp.any(e.alive)
     any_transmission = jnp.any(t.alive)
     enemy_here = entities.occupancy(e)
@@ -148,10 +144,6 @@ def directional(state: GameState, direction: Int32[Array, ""]) -> tuple[GameStat
                                 missed_resources=jnp.asarray(0, jnp.int32))
 
 
-def _sorted_cross(values: Int32[Array, "36 5"]) -> Int32[Array, "36 5"]:
-    return jnp.sort(values, axis=1)
-
-
 def missed_resources(state: GameState) -> tuple[Int32[Array, ""], Int32[Array, ""]]:
     """Siphon quality (§14.3): (missedCredits, missedEnergy), zero when optimal."""
     p, b = state.player, state.board
@@ -165,7 +157,9 @@ def missed_resources(state: GameState) -> tuple[Int32[Array, ""], Int32[Array, "
     data_y = block_y & (b.block_program[y] < 0)
     # Yield of each position x (a block position yields nothing).
     open_x = ~is_block[:, None]
-    data_sets = _sorted_cross(jnp.where(data_y & open_x, b.block_points[y].astype(jnp.int32), -1))
+    # Data multisets as sorted lists (−1 pads the cells without data).
+    data_sets = jnp.sort(jnp.where(data_y & open_x, b.block_points[y].astype(jnp.int32), -1),
+                         axis=1)
     program_id = jnp.maximum(b.block_program[y].astype(jnp.int32), 0)
     new_program = program_y & ~p.owned[program_id] & open_x
     program_sets = jnp.any((program_id[:, :, None] == _CELL_IDS[None, None, :C.NUM_PROGRAMS])

@@ -52,11 +52,14 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     acted = _select(is_move, moved, _select(is_siphon, siphoned, ran))
     outcome = _select(is_move, moved_outcome, _select(is_siphon, siphon_outcome, program_outcome))
 
+    # Removals leave holes; what follows appends (stage generation, hatching, placement)
+    # and every append goes after the last live entry, so compact now, once. Nothing
+    # after this point removes an entity, so the returned lists stay compact.
+    acted = canonical(acted)
     reached_exit = outcome.reached_exit
     ends_turn = (is_move | is_siphon | (action == C.PROGRAM_ACTION_OFFSET + C.WAIT)) & ~reached_exit
     acted = generation.maybe_complete_stage(acted, reached_exit, key_stage)
     acted = enemy_phase(acted, ends_turn, key_phase)
-    acted = canonical(acted)
 
     terms = reward_terms(state, acted, outcome, reached_exit,
                          action == C.PROGRAM_ACTION_OFFSET + C.RESET, distance_before)

@@ -70,7 +70,7 @@ def _hatch(state: GameState) -> GameState:
         alive=hatching, kind=t.kind, row=t.row, col=t.col,
         hp=jnp.asarray(_MAX_HP)[kind], disabled=jnp.ones_like(t.kind),
         stunned=jnp.zeros_like(hatching), from_task=t.from_task, from_siphon=t.from_siphon)
-    enemies = entities.append(entities.compact(state.enemies), newborn)
+    enemies = entities.append(state.enemies, newborn)      # compact since the action
     transmissions = entities.compact(eqx.tree_at(
         lambda x: (x.alive, x.timer), t, (t.alive & ~hatching, t.timer - 1)))
     return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state, (enemies, transmissions))

@@ -68,6 +68,15 @@ def cells(entities: EntityList) -> Int32[Array, "N"]:
 
 
 def occupancy(entities: EntityList) -> Bool[Array, "36"]:
-    """Cells holding at least one live entity."""
-    here = cells(entities)[:, None] == jnp.arange(36, dtype=jnp.int32)[None, :]
-    return jnp.any(here & entities.alive[:, None], axis=0)
+    """Cells holding at least one live entity.
+
+    One elementwise pass per slot, unrolled: under `vmap`, XLA (CPU) would materialise a
+    `[batch, N, 36]` mask for `any(..., axis=0)` (≈ 0.7 µs per game), and a scatter is
+    slow on TPU.
+    """
+    slot_cells = cells(entities)
+    cell = jnp.arange(36, dtype=jnp.int32)
+    held = jnp.zeros(36, bool)
+    for slot in range(entities.alive.shape[0]):
+        held = held | (entities.alive[slot] & (slot_cells[slot] == cell))
+    return held

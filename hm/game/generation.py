@@ -96,7 +96,6 @@ _NUM_STREAMS = 8
  _STREAM_PROGRAM, _STREAM_RESOURCE, _STREAM_START) = range(_NUM_STREAMS)
 _TRANSMISSION_STREAMS = 2
 _STREAM_ORDER, _STREAM_TYPE = range(_TRANSMISSION_STREAMS)
-_DRAWS_PER_ATTEMPT = 16      # counter stride of one layout attempt (≥ K_max = 11 draws)
 
 
 def _mix(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
@@ -109,8 +108,20 @@ def _mix(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
 
 
 def _seeds(key: PRNGKeyArray, streams: int) -> UInt32[Array, "streams 2"]:
-    """Two seed words per stream, straight from `jax.random`."""
-    return jax.random.bits(key, (streams, 2), _U32)
+    """Two seed words per stream, hashed from the key's own words.
+
+    A key's data is already uniformly random (it comes out of `split`/`fold_in`); hashing
+    it instead of calling `jax.random.bits` saves a Threefry evaluation per game.
+    """
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    words = key.reshape(-1).astype(_U32)
+    first, second = words[0], words[-1] ^ np.uint32(0x5BD1E995)
+    for word in words[1:-1]:                        # keys of more than two words
+        second = _mix(second ^ word)
+    stream = jnp.arange(streams, dtype=_U32) * _GOLDEN
+    return jnp.stack([_mix(_mix(first + stream) ^ second),
+                      _mix(_mix(second + stream) ^ first)], axis=-1)
 
 
 def _words(seed: UInt32[Array, "*s 2"], counter: Int32[Array, "*t"]) -> UInt32[Array, "*t"]:
@@ -164,42 +175,72 @@ def _select_in_word(word: UInt32[Array, "*s"], rank: UInt32[Array, "*s"]) -> UIn
     return np.uint32(1) << position
 
 
-def _select(board: UInt32[Array, "*s 2"], rank: UInt32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
-    """The bitboard of the `rank`-th set cell of `board` (cell order); rank < popcount."""
-    low_count = _popcount(board[..., 0])
-    in_high = rank >= low_count
-    bit = _select_in_word(jnp.where(in_high, board[..., 1], board[..., 0]),
-                          jnp.where(in_high, rank - low_count, rank))
-    zero = jnp.zeros_like(bit)
-    return jnp.stack([jnp.where(in_high, zero, bit), jnp.where(in_high, bit, zero)], axis=-1)
-
-
-def _count(board: UInt32[Array, "*s 2"]) -> UInt32[Array, "*s"]:
-    return _popcount(board[..., 0]) + _popcount(board[..., 1])
-
-
 # ---------------------------------------------------------------------------------------
 # §12.4 block layout.
+#
+# Blocks never sit on corners, so a layout attempt works on the 32 non-corner cells,
+# numbered in cell order, as one uint32 ("inner" bits): cells 1–4 are bits 0–3, cells
+# 6–17 bits 4–15, cells 18–29 bits 16–27 and cells 31–34 bits 28–31.
+
+_MASK4 = np.uint32(0xF)
+_MASK12 = np.uint32(0xFFF)
 
 
-def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s 2"],
-                 k: Int32[Array, "*s"], attempt: Int32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
-    """Layout attempt `attempt`: `k` distinct cells drawn uniformly from `eligible`.
+def _to_inner(board: UInt32[Array, "*s 2"]) -> UInt32[Array, "*s"]:
+    low, high = board[..., 0], board[..., 1]
+    return (((low >> 1) & _MASK4) | (((low >> 6) & _MASK12) << 4)
+            | ((high & _MASK12) << 16) | (((high >> 13) & _MASK4) << 28))
 
-    Draw j picks uniformly among the eligible cells not picked yet (k ≤ popcount(eligible)).
+
+def _from_inner(inner: UInt32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+    low = ((inner & _MASK4) << 1) | (((inner >> 4) & _MASK12) << 6)
+    high = ((inner >> 16) & _MASK12) | ((inner >> 28) << 13)
+    return jnp.stack([low, high], axis=-1)
+
+
+def _expansion(mask: UInt32[Array, "*s"]) -> UInt32[Array, "*s 5"]:
+    """The five move masks with which `_expand` deposits bits into the set bits of `mask`
+    (Hacker's Delight §7-5); computed once per game, used by every attempt."""
+    moving = ~mask << 1
+    steps = []
+    for i in range(5):
+        prefix = moving ^ (moving << 1)
+        for shift in (2, 4, 8, 16):
+            prefix = prefix ^ (prefix << shift)
+        step = prefix & mask
+        steps.append(step)
+        mask = (mask ^ step) | (step >> (1 << i))
+        moving = moving & ~prefix
+    return jnp.stack(steps, axis=-1)
+
+
+def _expand(bits: UInt32[Array, "*s"], mask: UInt32[Array, "*s"],
+            steps: UInt32[Array, "*s 5"]) -> UInt32[Array, "*s"]:
+    """Bit i of `bits` moved to the i-th set bit of `mask` (x86 `pdep`)."""
+    for i in reversed(range(5)):
+        step = steps[..., i]
+        bits = (bits & ~step) | ((bits << (1 << i)) & step)
+    return bits & mask
+
+
+def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s"],
+                 steps: UInt32[Array, "*s 5"], k: Int32[Array, "*s"],
+                 attempt: Int32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+    """Layout attempt `attempt`: `k` distinct cells, uniform among the `eligible` inner cells.
+
+    Floyd's algorithm draws a uniform k-subset of the ranks 0..n−1 (n eligible cells) with
+    exactly k draws; `_expand` maps ranks to cells. Attempt `a` depends only on (seed, a).
     """
-    remaining = eligible
-    blocks = jnp.zeros_like(eligible)
-    available = _count(eligible)
-    counter = attempt * _DRAWS_PER_ATTEMPT
-    for j in range(_MAX_BLOCKS):
-        word = _words(seed, counter + j)
-        left = jnp.maximum(available, np.uint32(j + 1)) - np.uint32(j)
-        bit = _select(remaining, _below(word, left))
-        bit = jnp.where((j < k)[..., None], bit, jnp.zeros_like(bit))
-        remaining = remaining & ~bit
-        blocks = blocks | bit
-    return blocks
+    n = _popcount(eligible).astype(jnp.int32)
+    attempt_word = _words(seed, attempt)
+    ranks = jnp.zeros_like(eligible)
+    for i in range(_MAX_BLOCKS):
+        word = _mix(attempt_word + np.uint32(i * int(_GOLDEN) % 2 ** 32))
+        top = jnp.clip(n - k + i, 0, 31).astype(_U32)     # draw i is uniform on 0..top
+        drawn = np.uint32(1) << _below(word, top + np.uint32(1))
+        drawn = jnp.where((ranks & drawn) != 0, np.uint32(1) << top, drawn)
+        ranks = ranks | jnp.where(i < k, drawn, np.uint32(0))
+    return _from_inner(_expand(ranks, eligible, steps))
 
 
 def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"],
@@ -245,11 +286,15 @@ _SLOTS_WANTED = np.array([1, 1, 1, 1, 2, 3, 4, 4, 6, 9, 14, 28], np.int32)   # b
 
 
 def _search_layout_unbatched(seed, eligible, exit_cell, k, active):
+    inner = _to_inner(eligible)
+    steps = _expansion(inner)
+
     def run_round(r, carry):
         def attempts(_):
             attempt = r * _ROUND + jnp.arange(_ROUND, dtype=jnp.int32)
-            layouts = _draw_layout(seed, jnp.broadcast_to(eligible, (_ROUND, 2)),
-                                   jnp.broadcast_to(k, (_ROUND,)), attempt)
+            layouts = _draw_layout(
+                seed, jnp.broadcast_to(inner, (_ROUND,)), jnp.broadcast_to(steps, (_ROUND, 5)),
+                jnp.broadcast_to(k, (_ROUND,)), attempt)
             valid = _layout_valid(layouts, jnp.broadcast_to(exit_cell, (_ROUND, 2)), False)
             valid = valid & (attempt < C.LAYOUT_ATTEMPTS)
             return jnp.any(valid), layouts[jnp.argmax(valid)]
@@ -269,6 +314,8 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
     slot = jnp.arange(pool, dtype=jnp.int32)
     wanted_by_k = jnp.asarray(_SLOTS_WANTED)[k]
     none_found = jnp.int32(C.LAYOUT_ATTEMPTS)
+    inner = _to_inner(eligible)
+    steps = _expansion(inner)
 
     def searching(carry):
         next_attempt, found, _ = carry
@@ -284,7 +331,7 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
                            games - 1)
         used = slot < end[-1]
         attempt = next_attempt[game] + slot - start[game]
-        layouts = _draw_layout(seed[game], eligible[game], k[game], attempt)
+        layouts = _draw_layout(seed[game], inner[game], steps[game], k[game], attempt)
         valid = _layout_valid(layouts, exit_cell[game], True) & used
         first = jnp.full(games, none_found).at[game].min(
             jnp.where(valid, attempt, none_found))
@@ -371,17 +418,23 @@ def place_transmissions(state: GameState, key: PRNGKeyArray, n_task: Int32[Array
     block = state.board.content == C.BLOCK
     free = ~(enemy | block | entities.occupancy(state.transmissions) | (cell == player))
     obstacles = bitboard.from_mask(enemy | block)
-    sheltered = jnp.any((jnp.asarray(_BETWEEN)[player] & obstacles[None, :]) != 0, axis=-1)
+    between = jnp.asarray(_BETWEEN)[player]
+    sheltered = ((between[:, 0] & obstacles[0]) | (between[:, 1] & obstacles[1])) != 0
     in_line = jnp.asarray(_SAME_LINE)[player] & ~sheltered
 
     # Sort key: class (0 free off the line, 1 free in it, 2 not free) | 24 random bits | cell.
+    # Ranks by unrolled comparisons: XLA would materialise a 36 × 36 reduction.
     group = jnp.where(free, in_line.astype(_U32), np.uint32(2))
     noise = _words(seeds[_STREAM_ORDER], cell) >> 8
     order_key = (group << 30) | (noise << 6) | cell.astype(_U32)
-    rank = jnp.sum(order_key[None, :] < order_key[:, None], axis=1, dtype=jnp.int32)
+    rank = jnp.zeros(C.NUM_CELLS, jnp.int32)
+    for other in range(C.NUM_CELLS):
+        rank = rank + (order_key[other] < order_key).astype(jnp.int32)
     cell_by_rank = jnp.zeros(C.NUM_CELLS, jnp.int32).at[rank].set(cell)
 
-    placed = jnp.minimum(n_task + n_siphon + n_plain, jnp.sum(free, dtype=jnp.int32))
+    free_count = _popcount(bitboard.from_mask(free))
+    placed = jnp.minimum(n_task + n_siphon + n_plain,
+                         (free_count[0] + free_count[1]).astype(jnp.int32))
     slot = cell                                   # slot t takes the cell of rank t
     kind = (_words(seeds[_STREAM_TYPE], slot) >> 30).astype(jnp.int8)
     new = Transmissions(
@@ -420,7 +473,7 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
     eligible = _ALL & ~_CORNERS & ~bitboard.from_mask(occupied)
     k = (C.BLOCK_COUNT_MIN + _below(_words(seeds[_STREAM_BLOCK_COUNT], jnp.int32(0)),
                                     C.BLOCK_COUNT_MAX - C.BLOCK_COUNT_MIN + 1)).astype(jnp.int32)
-    k = jnp.minimum(k, _count(eligible).astype(jnp.int32))
+    k = jnp.minimum(k, _popcount(_to_inner(eligible)).astype(jnp.int32))
     layout = _search_layout(seeds[_STREAM_LAYOUT], eligible, bitboard.cell_bit(exit_cell), k,
                             active)
     block = bitboard.to_mask(layout)
@@ -509,17 +562,18 @@ def _complete_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray
     hp = jnp.minimum(state.player.hp + 1, C.MAX_HP)
     state = eqx.tree_at(lambda s: s.player.hp, state, hp)
     advance = state.stage < C.NUM_STAGES
+    stage = jnp.minimum(state.stage + 1, C.NUM_STAGES)
+    next_stage = _initialise_stage(
+        eqx.tree_at(lambda s: (s.stage, s.interval), state, (stage, C.INTERVAL_BASE - stage)),
+        active & advance, key)
+    victory = eqx.tree_at(lambda s: s.won, state, jnp.asarray(True))
+    return _select(advance, next_stage, victory)
 
-    def next_stage(state):
-        stage = state.stage + 1
-        state = eqx.tree_at(lambda s: (s.stage, s.interval), state,
-                            (stage, C.INTERVAL_BASE - stage))
-        return _initialise_stage(state, active & advance, key)
 
-    def victory(state):
-        return eqx.tree_at(lambda s: s.won, state, jnp.asarray(True))
-
-    return jax.lax.cond(advance, next_stage, victory, state)
+def _select(pred: Bool[Array, ""], a, b):
+    """`a` where `pred` else `b`, leaf by leaf; leaves that are the same array are kept as
+    they are (no select, and no gather or scatter when the caller batches selectively)."""
+    return jax.tree.map(lambda x, y: x if x is y else jnp.where(pred, x, y), a, b)
 
 
 def complete_stage(state: GameState, key: PRNGKeyArray) -> GameState:
@@ -572,9 +626,12 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
             real = index < axis_size
             source = jnp.where(real, index, selected[0])
             take = lambda x: x[source]                               # noqa: E731
-            updated = jax.vmap(rule)(jax.tree.map(take, state), real,
-                                     *jax.tree.map(take, args))
-            return jax.tree.map(lambda x, y: x.at[index].set(y, mode="drop"), state, updated)
+            taken = jax.tree.map(take, state)
+            updated = jax.vmap(rule)(taken, real, *jax.tree.map(take, args))
+            # Leaves the rule passed through untouched are neither gathered nor scattered.
+            return jax.tree.map(
+                lambda x, before, after: x if after is before
+                else x.at[index].set(after, mode="drop"), state, taken, updated)
 
         n_chunks = (n_selected + chunk - 1) // chunk
         return jax.lax.fori_loop(0, n_chunks, update_chunk, state)

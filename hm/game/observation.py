@@ -33,6 +33,23 @@ def _f32(x) -> Float32[Array, "..."]:
     return jnp.asarray(x).astype(jnp.float32)
 
 
+# §15 wants every feature to be the float32 quotient itself (correctly rounded). Compiled
+# float division is not that on every backend (XLA on CPU multiplies by a reciprocal and
+# is off by one ulp for e.g. 20 / 50), so quotients come from tables computed on the host
+# in float64 and rounded once. Counters past the table (far beyond anything the rules
+# reach in play) fall back to division.
+_TABLE_SIZE = 1024
+_QUOTIENTS = {d: (np.arange(_TABLE_SIZE, dtype=np.float64) / d).astype(np.float32)
+              for d in (3, 5, 7, 9, 10, 50)}
+
+
+def _quotient(x, divisor: int) -> Float32[Array, "..."]:
+    """Correctly rounded float32 `x / divisor` for integer `x` ≥ 0."""
+    x = jnp.asarray(x).astype(jnp.int32)
+    exact = jnp.asarray(_QUOTIENTS[divisor])[jnp.clip(x, 0, _TABLE_SIZE - 1)]
+    return jnp.where((x >= 0) & (x < _TABLE_SIZE), exact, _f32(x) / divisor)
+
+
 def cryptog_visible(state: GameState) -> Bool[Array, "36"]:
     """Per enemy slot: false only for a cryptog hidden from the player (§2.3, §15.3)."""
     e, p = state.enemies, state.player
@@ -44,9 +61,10 @@ def observe(state: GameState) -> Observation:
     """Encode `state` exactly as §15 specifies (float32 quotients)."""
     p, b = state.player, state.board
     player = jnp.stack([
-        _f32(p.row) / 5.0, _f32(p.col) / 5.0, _f32(p.hp) / 3.0,
-        jnp.minimum(_f32(p.credits) / 50.0, 1.0), jnp.minimum(_f32(p.energy) / 50.0, 1.0),
-        _f32(state.stage - 1) / 7.0, _f32(p.data_siphons) / 10.0, _f32(p.attack - 1) / 2.0,
+        _quotient(p.row, 5), _quotient(p.col, 5), _quotient(p.hp, 3),
+        jnp.minimum(_quotient(p.credits, 50), 1.0), jnp.minimum(_quotient(p.energy, 50), 1.0),
+        _quotient(state.stage - 1, 7), _quotient(p.data_siphons, 10),
+        _f32(p.attack - 1) * 0.5,                       # halving is exact
         _f32(state.show), _f32(state.calm)])
 
     # Enemy channels: the first enemy in list order on each cell, unless a hidden cryptog.
@@ -58,7 +76,7 @@ def observe(state: GameState) -> Observation:
     kind = e.kind[slot]
     enemy = jnp.concatenate([
         (kind[:, None] == np.arange(C.NUM_ENEMY_TYPES, dtype=np.int8)[None, :]) & shown[:, None],
-        jnp.where(shown, _f32(e.hp[slot]) / 3.0, 0.0)[:, None],
+        jnp.where(shown, _quotient(e.hp[slot], 3), 0.0)[:, None],
         (shown & e.stunned[slot])[:, None],
         (shown & e.from_siphon[slot])[:, None],
     ], axis=1, dtype=jnp.float32)
@@ -70,23 +88,23 @@ def observe(state: GameState) -> Observation:
     visible = data | program
     block = jnp.concatenate([
         data[:, None], program[:, None], question[:, None],
-        jnp.where(data, _f32(b.block_points) / 9.0, 0.0)[:, None],
+        jnp.where(data, _quotient(b.block_points, 9), 0.0)[:, None],
         (is_block & b.siphoned)[:, None],
         (b.block_program[:, None] == _PROGRAM_IDS[None, :]) & program[:, None],
-        jnp.where(visible, _f32(b.block_spawn) / 9.0, 0.0)[:, None],
+        jnp.where(visible, _quotient(b.block_spawn, 9), 0.0)[:, None],
     ], axis=1, dtype=jnp.float32)
 
     t = state.transmissions
     tslot = entities.first_at(t, jnp.asarray(_CELL_IDS))
     has_transmission = tslot < C.MAX_TRANSMISSIONS
     timer = t.timer[jnp.minimum(tslot, C.MAX_TRANSMISSIONS - 1)]
-    transmission = jnp.where(has_transmission, jnp.minimum(_f32(timer) / 4.0, 1.0), 0.0)
+    transmission = jnp.where(has_transmission, jnp.minimum(_f32(timer) * 0.25, 1.0), 0.0)
 
     resource_shown = ~is_block | b.siphoned
     rest = jnp.stack([
         transmission,
-        jnp.where(resource_shown, _f32(b.credits) / 3.0, 0.0),
-        jnp.where(resource_shown, _f32(b.energy) / 3.0, 0.0),
+        jnp.where(resource_shown, _quotient(b.credits, 3), 0.0),
+        jnp.where(resource_shown, _quotient(b.energy, 3), 0.0),
         _f32(b.content == C.PICKUP), _f32(b.content == C.EXIT), _f32(b.siphon_center),
     ], axis=1)
 

@@ -1,7 +1,6 @@
 """The reward (GAME_RULES.md §14): fifteen terms, each reported on its own."""
 
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float32, Int32
 
 from hm.game import bitboard, entities, geometry

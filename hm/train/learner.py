@@ -11,9 +11,9 @@ One call of the function from `make_train_fn` runs `updates_per_call` (K) update
 
 The host runs only between calls (logging, checkpoints). The program is a
 `jax.shard_map` over the "data" axis of the mesh: every device steps its share of the
-env slots and computes the gradient of the *global* mean loss (the loss is averaged
-over devices with `lax.pmean`, so the gradient of the replicated parameters is the
-global one and identical on every device). Parameters and optimizer state are
+env slots, computes the gradient of its share of each minibatch, and the gradients
+are averaged over devices (`lax.pmean`) so every device applies the same global
+gradient to its copy of the parameters. Parameters and optimizer state are
 replicated, env slots sharded. All randomness is keyed by global env slot and
 minibatch-group indices, so a run gives the same result (to float rounding) on any
 device count for the same global batch.
@@ -99,14 +99,14 @@ class StepStats(eqx.Module):
 
 
 class Samples(eqx.Module):
-    """Training samples in minibatch-group layout, leading axes [groups, samples]."""
+    """What the epochs train on: the rollout with its advantages, leading axes [T, n]."""
 
     obs: PyTree
-    mask: Bool[Array, "G S actions"]
-    action: Int32[Array, "G S"]
-    log_prob: Float[Array, "G S"]
-    advantage: Float[Array, "G S"]
-    target: Float[Array, "G S"]
+    mask: Bool[Array, "T n actions"]
+    action: Int32[Array, "T n"]
+    log_prob: Float[Array, "T n"]
+    advantage: Float[Array, "T n"]
+    target: Float[Array, "T n"]
 
 
 def make_optimizer(config: ResolvedConfig) -> optax.GradientTransformation:
@@ -155,7 +155,7 @@ class Learner(eqx.Module):
 
     @property
     def group_size(self) -> int:
-        """Env slots per minibatch group (see `minibatch_indices`)."""
+        """Env slots per minibatch group: g = M / gcd(M, T) (see `minibatch_indices`)."""
         m, t = self.config.num_minibatches, self.config.num_steps
         return m // math.gcd(m, t)
 
@@ -208,7 +208,6 @@ class Learner(eqx.Module):
         capacity = min(n, 8 + -(-4 * n // self.config.max_episode_steps))
         count = jnp.sum(truncated, dtype=jnp.int32)
 
-        # zeros_like keeps the device-varying type that lax.switch needs under shard_map
         zeros = jnp.zeros_like(final_obs[:, 0])
 
         def none():
@@ -269,14 +268,6 @@ class Learner(eqx.Module):
         totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage))
         return envs, trajectory, totals
 
-    def to_groups(self, x: Array) -> Array:
-        """[T, n, ...] -> [n/g, T*g, ...]: the samples of each group of g env slots."""
-        t, n = x.shape[:2]
-        g = self.group_size
-        x = x.reshape((t, n // g, g) + x.shape[2:])
-        x = jnp.moveaxis(x, 1, 0)
-        return x.reshape((n // g, t * g) + x.shape[3:])
-
     def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
         """This epoch's assignment of samples to minibatches.
 
@@ -293,9 +284,18 @@ class Learner(eqx.Module):
         perms = jax.vmap(lambda k: jax.random.permutation(k, size))(_fold_in_each(key, group_ids))
         return jnp.transpose(perms.reshape(groups, m, size // m).astype(jnp.int32), (1, 0, 2))
 
-    def minibatch(self, samples: Samples, indices: Int32[Array, "G S"]) -> ppo.Minibatch:
+    def minibatch(self, samples: "Samples", indices: Int32[Array, "G S"]) -> ppo.Minibatch:
+        """Gather one minibatch: sample s of group G is step s // g of slot G*g + s % g.
+
+        Gathering straight from the rollout's [T, n] layout avoids a transposed copy of
+        the whole observation buffer.
+        """
+        g = self.group_size
+        step = indices // g
+        slot = jnp.arange(indices.shape[0], dtype=jnp.int32)[:, None] * g + indices % g
+
         def take(x):
-            picked = jax.vmap(lambda xg, ig: xg[ig])(x, indices)
+            picked = x[step, slot]
             return picked.reshape((-1,) + picked.shape[2:])
 
         picked = jax.tree.map(take, samples)
@@ -308,6 +308,8 @@ class Learner(eqx.Module):
                                             ent_coef=self.config.ent_coef)
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
         (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
+        if self.axis_name is not None:
+            grads = lax.pmean(grads, self.axis_name)
         metrics["ppo/grad_norm"] = ppo.global_norm(grads)
         # optax mixes Python floats with its int32 step count: not strict-promotion clean
         with jax.numpy_dtype_promotion("standard"):
@@ -344,9 +346,8 @@ class Learner(eqx.Module):
         advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
                                       trajectory.truncated, trajectory.bootstrap_value, last_value,
                                       config.gamma, config.gae_lambda)
-        samples = jax.tree.map(self.to_groups, Samples(
-            obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
-            log_prob=trajectory.log_prob, advantage=advantages, target=targets))
+        samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
+                          log_prob=trajectory.log_prob, advantage=advantages, target=targets)
         params, opt_state, metrics = self.train_epochs(state.params, state.opt_state, samples, epochs_key)
         metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets, self.axis_name)
         metrics["ppo/lr"] = jnp.float32(config.lr)
@@ -454,7 +455,7 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     sharded_learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     env_specs = jax.tree.map(lambda _: PartitionSpec(DATA_AXIS), template.envs)
     start_games = jax.shard_map(lambda k: sharded_learner.init_envs(_key(k)), mesh=mesh,
-                                in_specs=(PartitionSpec(),), out_specs=env_specs)
+                                in_specs=(PartitionSpec(),), out_specs=env_specs, check_vma=False)
     return TrainState(
         params=params, opt_state=opt_state, envs=jax.jit(start_games)(envs_key), key=run_key,
         update=to_global(np.int32(0), shardings.update),
@@ -509,5 +510,8 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
                          f"for {resolved.devices}")
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     specs = _specs(abstract_train_state(resolved, env))
-    chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()))
+    # check_vma=False: the env's own scans need not be written for shard_map's
+    # replication typing; the learner averages gradients explicitly (see ppo.loss).
+    chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()),
+                          check_vma=False)
     return jax.jit(chunk, donate_argnums=0)

@@ -94,11 +94,12 @@ def loss(
     hundreds (victory pays 500+), and clipping value moves to +-clip_eps would stall
     the critic (and value clipping did not help in the on-policy studies either).
 
-    With `axis_name` the loss and metrics are means over the global minibatch (every
-    device holds an equal share, so the mean of the devices' means). Differentiating
-    it with respect to replicated parameters under `shard_map` then gives the global
-    gradient on every device: JAX sums the per-device cotangents of a replicated
-    input itself, so no further `pmean` of the gradients is needed (one would be wrong).
+    The returned loss is this device's mean over its share of the minibatch; under
+    `shard_map` the caller averages the gradients over devices with `lax.pmean`,
+    which gives the gradient of the global mean because every device holds an equal
+    share. (The learner's `shard_map` runs with `check_vma=False`, where JAX does not
+    sum the cotangents of replicated inputs by itself.) With `axis_name` the
+    advantage normalisation and the metrics are over the global minibatch.
     """
     logits, values = evaluate(network, batch.obs, precision)
     logp = distributions.log_prob(logits, batch.mask, batch.action)
@@ -120,7 +121,7 @@ def loss(
     }
     if axis_name is not None:
         metrics = lax.pmean(metrics, axis_name)
-    return metrics["loss/total"], metrics
+    return total, metrics
 
 
 def explained_variance(

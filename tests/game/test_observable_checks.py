@@ -26,7 +26,7 @@ GRID_CHANNELS = 42
 CH_VIRUS, CH_DAEMON, CH_GLITCH, CH_CRYPTOG = 0, 1, 2, 3
 CH_ENEMY_HP, CH_ENEMY_STUNNED, CH_ENEMY_FROM_SIPHON = 4, 5, 6
 CH_BLOCK_DATA, CH_BLOCK_PROGRAM, CH_BLOCK_QUESTION, CH_BLOCK_POINTS = 7, 8, 9, 10
-CH_BLOCK_SIPHONED, CH_BLOCK_SPAWN = 11, 35
+CH_BLOCK_SIPHONED, CH_PROGRAM_ID, CH_BLOCK_SPAWN = 11, 12, 35  # 12 + program id
 CH_TRANSMISSION, CH_CREDITS, CH_ENERGY = 36, 37, 38
 CH_PICKUP, CH_EXIT, CH_SIPHON_CENTER = 39, 40, 41
 
@@ -67,11 +67,11 @@ def cells(entries):
     return [(e["row"], e["col"]) for e in entries]
 
 
-def expected_channels(**values):
+def expected_channels(values):
     """A 42-channel vector with the given {channel: value}, zeros elsewhere."""
     v = np.zeros(GRID_CHANNELS, np.float32)
     for ch, x in values.items():
-        v[int(ch.lstrip("c"))] = x
+        v[ch] = x
     return v
 
 
@@ -848,19 +848,23 @@ def test_53_block_and_special_channels(g):
                             g.question_block(3, 4, "program", program="hack")],
                     resources=[g.pickup_at(0, 5), g.energy_at(0, 5, 2)])
     obs = g.observe(start(d0))
-    assert_cell_channels(obs, 1, 1, expected_channels(c7=1, c10=6 / 9, c35=6 / 9),
-                         "(data block 6/6)")
-    assert_cell_channels(obs, 1, 2,
-                         expected_channels(c8=1, c14=1, c35=6 / 9), "(CRASH block)")
-    assert_cell_channels(obs, 3, 3, expected_channels(c9=1), "(question data)")
-    assert_cell_channels(obs, 3, 4, expected_channels(c9=1), "(question program)")
-    assert_cell_channels(obs, 0, 5, expected_channels(c39=1, c38=2 / 3), "(pickup + energy)")
-    assert_cell_channels(obs, 5, 5, expected_channels(c40=1), "(exit)")
+    data = {CH_BLOCK_DATA: 1, CH_BLOCK_POINTS: 6 / 9, CH_BLOCK_SPAWN: 6 / 9}
+    crash = {CH_BLOCK_PROGRAM: 1, CH_PROGRAM_ID + 2: 1, CH_BLOCK_SPAWN: 6 / 9}
+    assert_cell_channels(obs, 1, 1, expected_channels(data), "(data block 6/6)")
+    assert_cell_channels(obs, 1, 2, expected_channels(crash), "(CRASH block, spawn 6)")
+    question = expected_channels({CH_BLOCK_QUESTION: 1})
+    assert_cell_channels(obs, 3, 3, question, "(question block, hidden data)")
+    assert_cell_channels(obs, 3, 4, question, "(question block, hidden program)")
+    assert_cell_channels(obs, 0, 5, expected_channels({CH_PICKUP: 1, CH_ENERGY: 2 / 3}),
+                         "(pickup with energy 2)")
+    assert_cell_channels(obs, 5, 5, expected_channels({CH_EXIT: 1}), "(exit)")
 
 
 def test_54_enemy_and_transmission_channels(g):
     d0 = g.scenario(5, 0, enemies=[g.virus(0, 3, hp=1, from_siphon=True)],
                     transmissions=[g.transmission(2, 2, 7)])
     obs = g.observe(start(d0))
-    assert_cell_channels(obs, 0, 3, expected_channels(c0=1, c4=1 / 3, c6=1), "(virus)")
-    assert_cell_channels(obs, 2, 2, expected_channels(c36=1.0), "(transmission timer 7)")
+    virus = {CH_VIRUS: 1, CH_ENEMY_HP: 1 / 3, CH_ENEMY_FROM_SIPHON: 1}
+    assert_cell_channels(obs, 0, 3, expected_channels(virus), "(virus hp 1, fromSiphon)")
+    assert_cell_channels(obs, 2, 2, expected_channels({CH_TRANSMISSION: 1.0}),
+                         "(transmission timer 7)")

@@ -571,8 +571,14 @@ def check_state(engine, d, mismatches, key_base, all_actions=True):
     if e_mask != m_mask:
         problems.append("mask differs at " + ", ".join(
             f"{a}: model={m_mask[a]} engine={e_mask[a]}" for a in range(28) if m_mask[a] != e_mask[a]))
-    # (b) observation
-    problems += _obs_diff(M.observe(s), engine.observe(e_state))
+    # (b) observation, also in its flat layout
+    m_obs, e_obs = M.observe(s), engine.observe(e_state)
+    problems += _obs_diff(m_obs, e_obs)
+    if hasattr(e_obs, "flat"):
+        flat = np.asarray(e_obs.flat())
+        if flat.shape != (1545,) or not np.array_equal(
+                flat, np.asarray(M.flat_observation(m_obs), np.float32)):
+            problems.append(f"obs.flat(): shape {flat.shape} or values differ from §15's layout")
     if problems:
         mismatches.add(d, None, problems, "(state checks)")
     # illegal actions, including out-of-range indices

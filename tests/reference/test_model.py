@@ -715,6 +715,16 @@ def test_53_block_and_cell_channels():
     assert g[5][5][40] == 1.0
 
 
+def test_flat_layout():
+    s = M.from_scenario(F(1, 2, credits=3, ownedPrograms=[act("warp")],
+                          enemies=[enemy("daemon", 4, 5)]))
+    obs = M.observe(s)
+    flat = M.flat_observation(obs)
+    assert len(flat) == 10 + 23 + 36 * 42 == 1545
+    assert flat[10 + M.WARP] == 1.0
+    assert flat[33 + (4 * 6 + 5) * 42 + 1] == 1.0     # [row][col][channel], row-major
+
+
 def test_54_siphon_enemy_and_long_timer():
     s = M.from_scenario(F(0, 0, enemies=[enemy("virus", 0, 3, hp=1, spawnedFromSiphon=True)],
                           transmissions=[trans(4, 4, 7)]))

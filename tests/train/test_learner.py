@@ -13,7 +13,7 @@ from probes import PROBE_STATES, probe_suite
 
 from hm.train import distributions
 from hm.train.config import TrainConfig, resolve
-from hm.train.learner import Learner, init, make_train_fn, reshard_for, total_env_steps
+from hm.train.learner import Learner, Samples, init, make_train_fn, reshard_for, total_env_steps
 from hm.train.mesh import make_mesh
 from hm.train.network import evaluate
 
@@ -172,9 +172,12 @@ def test_minibatches_partition_each_group(num_steps, minibatches):
     assert indices.shape == (minibatches, 16 // g, num_steps * g // minibatches)
     for group in range(16 // g):
         assert sorted(indices[:, group].ravel().tolist()) == list(range(num_steps * g))
-    # to_groups: sample s of group G is step s // g of env slot G * g + s % g
-    steps = jnp.broadcast_to(jnp.arange(num_steps)[:, None], (num_steps, 16))
-    slots = jnp.broadcast_to(jnp.arange(16)[None, :], (num_steps, 16))
-    s = np.arange(num_steps * g)
-    np.testing.assert_array_equal(learner.to_groups(steps)[1], s // g)
-    np.testing.assert_array_equal(learner.to_groups(slots)[1], g + s % g)
+    # sample s of group G is step s // g of env slot G * g + s % g
+    steps = jnp.broadcast_to(jnp.arange(num_steps, dtype=jnp.int32)[:, None], (num_steps, 16))
+    slots = jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32)[None, :], (num_steps, 16))
+    zeros = jnp.zeros((num_steps, 16), jnp.float32)
+    samples = Samples(obs=jnp.zeros((num_steps, 16, 8), jnp.float32), mask=jnp.ones((num_steps, 16, 3), bool),
+                      action=steps * 100 + slots, log_prob=zeros, advantage=zeros, target=zeros)
+    picked = learner.minibatch(samples, jnp.asarray(indices[0]))
+    expected = [(s // g) * 100 + group * g + s % g for group in range(16 // g) for s in indices[0][group]]
+    assert picked.action.tolist() == expected

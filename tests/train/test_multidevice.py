@@ -23,6 +23,10 @@ def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env.pop("JAX_PLATFORMS", None)
+    # the suite's persistent compilation cache (tests/conftest.py), for quick reruns
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / ".cache" / "jax"))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     return env
 
 

@@ -1,0 +1,83 @@
+"""Training throughput: the fused PPO program end to end, on the game and on NullEnv.
+
+One call of the learner's fused program (`hm.train.make_train_fn`) runs
+`updates_per_call` whole PPO updates (rollout, GAE, epochs of minibatch steps); its
+env steps per second is the trainer's speed. The same learner on `NullEnv`, a
+do-nothing environment of the game's shapes, is the ceiling the learner itself allows;
+the ratio game/null says how much of the time the game costs (issue 3 asks >= 85%).
+
+    python -m bench.bench_train                      # 2048 envs, auto-scaled, game and null
+    python -m bench.bench_train --env game --repeats 2 --out bench/results/train.jsonl
+    python -m bench.bench_train --compile-cache /tmp/cache   # run twice: warm-cache start
+
+Compile time is measured with the persistent compilation cache off, unless
+`--compile-cache DIR` is given: then a second run measures a restart with a warm cache.
+"""
+
+import pathlib
+import time
+from typing import Any, Literal
+
+import jax
+from tap import Tap
+
+from bench import common
+
+
+class Args(Tap):
+    num_envs: int = 2048  # global env slots (split over the devices)
+    num_steps: int = 128  # rollout length per update
+    updates_per_call: int | None = None  # updates fused per call (default: auto)
+    precision: str = "auto"  # auto | f32 | bf16
+    env: Literal["both", "game", "null"] = "both"  # which environment(s) to train on
+    repeats: int = 3  # timed calls after the first; the median is reported
+    devices: int = 1  # devices to shard over (on CPU: forced host devices)
+    seed: int = 0  # PRNG seed
+    compile_cache: pathlib.Path | None = None  # use this persistent compilation cache
+    out: pathlib.Path | None = None  # append results as JSON lines to this file
+
+
+def bench_one(args: Args, env_name: str) -> dict[str, Any]:
+    from hm.train import HackMatrixEnv, NullEnv, TrainConfig, init, make_mesh, make_train_fn, resolve, validate
+
+    config = TrainConfig(num_envs=args.num_envs, num_steps=args.num_steps,
+                         total_timesteps=args.num_envs * args.num_steps * 1000,
+                         updates_per_call=args.updates_per_call, precision=args.precision,
+                         seed=args.seed, devices=args.devices)
+    validate(config, jax.device_count())
+    resolved = resolve(config, jax.default_backend(), jax.device_count())
+    env = HackMatrixEnv() if env_name == "game" else NullEnv()
+    mesh = make_mesh(resolved.devices)
+    start = time.perf_counter()
+    state = jax.block_until_ready(init(resolved, env=env, mesh=mesh))
+    init_s = time.perf_counter() - start
+    train = make_train_fn(resolved, env, mesh)
+    # time_calls feeds each call's output to the next: carry the metrics along
+    metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(train, state)[1])
+    step = jax.jit(lambda carry: train(carry[0]), donate_argnums=0)
+    timing, _ = common.time_calls(step, (state, metrics), args.repeats)
+    settings = {"num_envs": args.num_envs, "num_steps": args.num_steps, "devices": resolved.devices,
+                "env": env_name, "precision": resolved.precision,
+                "updates_per_call": resolved.updates_per_call,
+                "minibatches": resolved.num_minibatches, "epochs": resolved.update_epochs}
+    print(f"  init (first games, parameters) {init_s:.1f} s")
+    return common.record("train", settings, timing, resolved.steps_per_call, args.out)
+
+
+def main(args: Args) -> list[dict[str, Any]]:
+    common.request_devices(args.devices)
+    if args.compile_cache is None:
+        common.disable_compilation_cache()
+    else:
+        jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    envs = ["game", "null"] if args.env == "both" else [args.env]
+    results = [bench_one(args, name) for name in envs]
+    if len(results) == 2:
+        ratio = results[0]["metrics"]["steps_per_s"] / results[1]["metrics"]["steps_per_s"]
+        print(f"game / null throughput: {ratio:.1%}")
+    return results
+
+
+if __name__ == "__main__":
+    main(Args(underscores_to_dashes=True).parse_args())

@@ -179,6 +179,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     path = Path(path)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, "wb") as file:
             write(file)
             file.flush()
@@ -189,6 +190,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             os.unlink(temp)
         raise
     _fsync_directory(path.parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory: Path) -> None:

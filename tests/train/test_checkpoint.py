@@ -258,6 +258,9 @@ def test_atomic_write_replaces_whole_file(tmp_path):
         checkpoint.atomic_write(target, fail)
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["config.json"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask, "not mkstemp's private 0600"
 
 
 def test_exported_policy_loads_back(tmp_path):

@@ -472,8 +472,11 @@ def _check_new_stage(before, model_out, e_out):
     if pickups != {x for x in corners if x != s.exit}:
         problems.append(f"new stage: pickups {sorted(pickups)}")
     # blocks
+    # The survivors come first in list order; the new stage appends `stage` new ones
+    # (§12.2). The action itself may have removed some (WARP), so count from the end.
+    survivors = max(0, len(ref["transmissions"]) - ref["stage"])
     old_entities = {(e.row, e.col) for e in s.enemies} | {
-        (t["row"], t["col"]) for t in ref["transmissions"][:len(before.transmissions)]}
+        (t["row"], t["col"]) for t in ref["transmissions"][:survivors]}
     eligible = [x for x in M.ALL_CELLS if x not in M.CORNERS and x not in old_entities]
     blocks = {x for x in M.ALL_CELLS if s.cell(*x).content == M.BLOCK}
     if blocks & (set(M.CORNERS) | old_entities):

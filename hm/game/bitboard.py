@@ -77,16 +77,26 @@ def shift_right(b: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
     return (b & ~_COL5) << 1
 
 
-def dilate(b: UInt32[Array, "... 2"]) -> UInt32[Array, "... 2"]:
-    """`b` together with every orthogonal neighbour of its cells (works on stacks too)."""
-    lo, hi = b[..., 0], b[..., 1]
+def dilate_words(lo: UInt32[Array, "*s"], hi: UInt32[Array, "*s"]
+                 ) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
+    """`dilate` on the two words held apart.
+
+    Loops should carry the words as separate arrays: under `vmap` a `[..., 2]` board puts
+    a dimension of 2 innermost, which the CPU cannot vectorise; two `[batch]` words it can.
+    """
     up_lo = (lo << C.COLS) & _FULL
     up_hi = ((hi << C.COLS) | (lo >> (_HALF - C.COLS))) & _FULL
     down_lo = (lo >> C.COLS) | ((hi & _ROW_LOW) << (_HALF - C.COLS))
     down_hi = hi >> C.COLS
     new_lo = lo | up_lo | down_lo | ((lo & ~_COL0) >> 1) | ((lo & ~_COL5) << 1)
     new_hi = hi | up_hi | down_hi | ((hi & ~_COL0) >> 1) | ((hi & ~_COL5) << 1)
-    return jnp.stack([new_lo, new_hi], axis=-1)
+    return new_lo, new_hi
+
+
+def dilate(b: UInt32[Array, "... 2"]) -> UInt32[Array, "... 2"]:
+    """`b` together with every orthogonal neighbour of its cells (works on stacks too)."""
+    lo, hi = dilate_words(b[..., 0], b[..., 1])
+    return jnp.stack([lo, hi], axis=-1)
 
 
 def distance_to(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
@@ -96,22 +106,29 @@ def distance_to(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
     Paths run over `passable` cells (the source is always in the search; a target cell
     need not be passable to be reached). Returns −1 when no target is reachable.
     """
+    p_lo, p_hi = passable[0], passable[1]
+    t_lo, t_hi = target[0], target[1]
+
     def level(i, carry):
-        visited, frontier, found = carry
-        grown = dilate(frontier) & ~visited
-        reached = jnp.any((grown & target) != 0)
+        v_lo, v_hi, f_lo, f_hi, found = carry
+        g_lo, g_hi = dilate_words(f_lo, f_hi)
+        g_lo, g_hi = g_lo & ~v_lo, g_hi & ~v_hi
+        reached = ((g_lo & t_lo) | (g_hi & t_hi)) != 0
         found = jnp.where((found < 0) & reached, i + 1, found)
-        frontier = grown & passable
-        return visited | grown, frontier, found
+        return v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi, found
 
     start_found = jnp.where(jnp.any((source & target) != 0), 0, -1).astype(jnp.int32)
-    _, _, found = jax.lax.fori_loop(0, MAX_DISTANCE, level, (source, source, start_found))
-    return found
+    carry = (source[0], source[1], source[0], source[1], start_found)
+    return jax.lax.fori_loop(0, MAX_DISTANCE, level, carry)[-1]
 
 
 def flood(source: UInt32[Array, "2"], passable: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
     """Every passable cell connected to `source` (source included)."""
-    def level(_, reach):
-        return dilate(reach) & passable | reach
+    p_lo, p_hi = passable[0], passable[1]
 
-    return jax.lax.fori_loop(0, MAX_DISTANCE, level, source)
+    def level(_, reach):
+        lo, hi = dilate_words(*reach)
+        return (lo & p_lo) | reach[0], (hi & p_hi) | reach[1]
+
+    lo, hi = jax.lax.fori_loop(0, MAX_DISTANCE, level, (source[0], source[1]))
+    return jnp.stack([lo, hi])

@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int32, Key, UInt32
+from jaxtyping import Array, Bool, Float32, Int32, Key, UInt32
 
 from jax.custom_batching import custom_vmap
 
@@ -30,17 +30,19 @@ _MAX_HP = C.ENEMY_MAX_HP
 def _distance_field(source: Bool[Array, "36"], passable: Bool[Array, "36"]) -> Int32[Array, "36"]:
     """Breadth-first distance from `source` over `passable` cells (unreached: large)."""
     passable_bb = bitboard.from_mask(passable)
+    start = bitboard.from_mask(source & passable)
 
     def level(i, carry):
-        visited, frontier, distance = carry
-        frontier = bitboard.dilate(frontier) & passable_bb & ~visited
-        distance = jnp.where(bitboard.to_mask(frontier), i + 1, distance)
-        return visited | frontier, frontier, distance
+        v_lo, v_hi, f_lo, f_hi, distance = carry
+        f_lo, f_hi = bitboard.dilate_words(f_lo, f_hi)
+        f_lo, f_hi = f_lo & passable_bb[0] & ~v_lo, f_hi & passable_bb[1] & ~v_hi
+        reached = bitboard.to_mask(jnp.stack([f_lo, f_hi]))
+        distance = jnp.where(reached, i + 1, distance)
+        return v_lo | f_lo, v_hi | f_hi, f_lo, f_hi, distance
 
-    start = bitboard.from_mask(source & passable)
     distance = jnp.where(source & passable, 0, _UNREACHED).astype(jnp.int32)
-    _, _, distance = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, (start, start, distance))
-    return distance
+    carry = (start[0], start[1], start[0], start[1], distance)
+    return jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, carry)[-1]
 
 
 def _first_step(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
@@ -49,16 +51,22 @@ def _first_step(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
 
     Returns the set of `neighbours` cells at the smallest finite distance (empty if none).
     """
-    def level(_, carry):
-        visited, frontier, found = carry
-        frontier = bitboard.dilate(frontier) & passable & ~visited
-        hit = frontier & neighbours
-        found = jnp.where(jnp.any(found != 0), found, hit)
-        return visited | frontier, frontier, found
+    p_lo, p_hi = passable[0], passable[1]
+    n_lo, n_hi = neighbours[0], neighbours[1]
 
-    _, _, found = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level,
-                                    (source, source, jnp.zeros(2, jnp.uint32)), unroll=5)
-    return found
+    def level(_, carry):
+        v_lo, v_hi, f_lo, f_hi, h_lo, h_hi = carry
+        f_lo, f_hi = bitboard.dilate_words(f_lo, f_hi)
+        f_lo, f_hi = f_lo & p_lo & ~v_lo, f_hi & p_hi & ~v_hi
+        searching = (h_lo | h_hi) == 0
+        h_lo = jnp.where(searching, f_lo & n_lo, h_lo)
+        h_hi = jnp.where(searching, f_hi & n_hi, h_hi)
+        return v_lo | f_lo, v_hi | f_hi, f_lo, f_hi, h_lo, h_hi
+
+    zero = jnp.zeros((), jnp.uint32)
+    carry = (source[0], source[1], source[0], source[1], zero, zero)
+    carry = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, carry, unroll=5)
+    return jnp.stack(carry[4:])
 
 
 def _hatch(state: GameState) -> GameState:
@@ -85,32 +93,25 @@ def _pick(onehot: Bool[Array, "N"], values: Array) -> Array:
     return jnp.sum(jnp.where(onehot, values, jnp.zeros((), values.dtype)), dtype=values.dtype)
 
 
-def _activation_order(state: GameState, key: Key[Array, ""]) -> tuple[Int32[Array, "72"], Int32[Array, "72"], Int32[Array, ""]]:
-    """Step 3's activation sequence: (enemy slot, activation step) pairs and their count.
+def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[Float32[Array, "2 36"], Int32[Array, ""], Int32[Array, ""]]:
+    """Step 3's activation order, as random keys, and how many activations there are.
 
     Each activation step visits the enemies in a fresh uniform order; an enemy that is
     disabled or stunned, or whose speed is below the step, is skipped — so only those
-    that can act are listed: the ready enemies in random order, then the ready viruses
-    (speed 2) in a second random order. The restriction of a uniform permutation to a
-    subset is a uniform permutation of that subset, so this is the same distribution.
-    Whether a virus already attacked is only known while the first step runs; such a
-    virus stays listed and does nothing.
+    that can act need an activation: the ready enemies, visited in increasing order of
+    a uniform key, then the ready viruses (speed 2) in increasing order of a second key.
+    The restriction of a uniform permutation to a subset is a uniform permutation of
+    that subset, so this is the same distribution. (Whether a virus already attacked is
+    only known while the first step runs; such a virus is visited and does nothing.)
+    The next enemy is found by a minimum over the keys when its turn comes, not by
+    sorting up front: a sort is slow under `vmap`, and most slots are never reached.
     """
     e = state.enemies
     ready = e.alive & (e.disabled == 0) & ~e.stunned
     second = ready & (jnp.asarray(_SPEED)[e.kind.astype(jnp.int32)] > 1)
     u = jax.random.uniform(key, (2, C.MAX_ENEMIES))
-    first_order = jnp.argsort(jnp.where(ready, u[0], 2.0)).astype(jnp.int32)
-    second_order = jnp.argsort(jnp.where(second, u[1], 2.0)).astype(jnp.int32)
-    n_first = jnp.sum(ready, dtype=jnp.int32)
-    n_second = jnp.sum(second, dtype=jnp.int32)
-    i = jnp.arange(2 * C.MAX_ENEMIES, dtype=jnp.int32)
-    in_first = i < n_first
-    in_second = ~in_first & (i < n_first + n_second)
-    slot = jnp.where(in_first, first_order[jnp.minimum(i, C.MAX_ENEMIES - 1)],
-                     jnp.where(in_second,
-                               second_order[jnp.clip(i - n_first, 0, C.MAX_ENEMIES - 1)], -1))
-    return slot, in_second.astype(jnp.int32), n_first + n_second
+    keys = jnp.stack([jnp.where(ready, u[0], 2.0), jnp.where(second, u[1], 2.0)])
+    return keys, jnp.sum(ready, dtype=jnp.int32), jnp.sum(second, dtype=jnp.int32)
 
 
 class _Board(eqx.Module):
@@ -124,15 +125,22 @@ class _Board(eqx.Module):
     kind: Int32[Array, "36"]
     speed: Int32[Array, "36"]
     ready: Bool[Array, "36"]
+    first_step_count: Int32[Array, ""]
+    second_step_count: Int32[Array, ""]
 
 
-def _activation(carry, fixed: _Board, slot: Int32[Array, ""], activation_step: Int32[Array, ""]):
-    """One enemy's activation (§10 step 3): attack if adjacent, else move (§10.1)."""
-    row, col, crowd, hp, attacked = carry
+def _activation(carry, fixed: _Board, i: Int32[Array, ""]):
+    """Activation `i` of the phase (§10 step 3): attack if adjacent, else move (§10.1)."""
+    row, col, crowd, hp, attacked, keys = carry
     pr, pc = fixed.player_row, fixed.player_col
     cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
     is_q = cell_ids == pr * C.COLS + pc
-    sel = jnp.arange(C.MAX_ENEMIES, dtype=jnp.int32) == slot
+    activation_step = (i >= fixed.first_step_count).astype(jnp.int32)
+    due = i < fixed.first_step_count + fixed.second_step_count
+    step_keys = jnp.where(activation_step == 0, keys[0], keys[1])
+    slot = jnp.argmin(step_keys)
+    sel = (jnp.arange(C.MAX_ENEMIES) == slot) & due
+    keys = jnp.where(sel[None, :] & (jnp.arange(2) == activation_step)[:, None], 2.0, keys)
     r, c = _pick(sel, row), _pick(sel, col)
     glitch = _pick(sel, fixed.kind) == C.GLITCH
     active = _pick(sel, fixed.ready & ~attacked & (activation_step < fixed.speed))
@@ -179,33 +187,32 @@ def _activation(carry, fixed: _Board, slot: Int32[Array, ""], activation_step: I
     crowd = crowd - leave.astype(jnp.int32) + enter.astype(jnp.int32)
     row = jnp.where(sel, tr, row)
     col = jnp.where(sel, tc, col)
-    return row, col, crowd, hp, attacked
+    return row, col, crowd, hp, attacked, keys
 
 
 @custom_vmap
-def _run_activations(carry, fixed: _Board, slots, steps, count):
-    """All activations of a phase in sequence; slots past `count` are skipped."""
-    def body(i, carry):
-        return jax.lax.cond(i < count, lambda c: _activation(c, fixed, slots[i], steps[i]),
-                            lambda c: c, carry)
+def _run_activations(carry, fixed: _Board):
+    """All activations of a phase in sequence; those past the count are skipped."""
+    count = fixed.first_step_count + fixed.second_step_count
 
-    return jax.lax.fori_loop(0, slots.shape[0], body, carry)
+    def body(i, carry):
+        return jax.lax.cond(i < count, lambda c: _activation(c, fixed, i), lambda c: c, carry)
+
+    return jax.lax.fori_loop(0, 2 * C.MAX_ENEMIES, body, carry)
 
 
 @_run_activations.def_vmap
-def _run_activations_batched(axis_size, in_batched, carry, fixed, slots, steps, count):
+def _run_activations_batched(axis_size, in_batched, carry, fixed):
     # Activation i runs only while some game of the batch still has an i-th activation:
     # a batch pays for its busiest game's enemies, not for 72 slots.
-    carry, fixed, slots, steps, count = batching.broadcast_unbatched(
-        axis_size, in_batched, (carry, fixed, slots, steps, count))
-    each = jax.vmap(_activation)
+    carry, fixed = batching.broadcast_unbatched(axis_size, in_batched, (carry, fixed))
+    count = fixed.first_step_count + fixed.second_step_count
+    each = jax.vmap(_activation, in_axes=(0, 0, None))
 
     def body(i, carry):
-        return jax.lax.cond(jnp.any(i < count),
-                            lambda c: each(c, fixed, slots[:, i], steps[:, i]),
-                            lambda c: c, carry)
+        return jax.lax.cond(jnp.any(i < count), lambda c: each(c, fixed, i), lambda c: c, carry)
 
-    out = jax.lax.fori_loop(0, slots.shape[1], body, carry)
+    out = jax.lax.fori_loop(0, 2 * C.MAX_ENEMIES, body, carry)
     return out, batching.all_batched(out)
 
 
@@ -216,6 +223,7 @@ def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
     cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
     is_q = cell_ids == state.player.row * C.COLS + state.player.col
     kind = e.kind.astype(jnp.int32)
+    keys, first_step_count, second_step_count = _activation_keys(state, key)
     # Rule B fields ignore occupancy: one per "may enter blocks" flag.
     fixed = _Board(
         player_row=state.player.row, player_col=state.player.col, is_block=is_block,
@@ -223,13 +231,13 @@ def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
         field_b=jnp.stack([_distance_field(is_q, ~is_block),
                            _distance_field(is_q, jnp.ones(C.NUM_CELLS, bool))]),
         kind=kind, speed=jnp.asarray(_SPEED)[kind],
-        ready=e.alive & (e.disabled == 0) & ~e.stunned)
-    slots, steps, count = _activation_order(state, key)
+        ready=e.alive & (e.disabled == 0) & ~e.stunned,
+        first_step_count=first_step_count, second_step_count=second_step_count)
     crowd = jnp.sum((entities.cells(e)[:, None] == cell_ids[None, :]) & e.alive[:, None],
                     axis=0, dtype=jnp.int32)
     init = (e.row.astype(jnp.int32), e.col.astype(jnp.int32), crowd, state.player.hp,
-            jnp.zeros(C.MAX_ENEMIES, bool))
-    row, col, _, hp, _ = _run_activations(init, fixed, slots, steps, count)
+            jnp.zeros(C.MAX_ENEMIES, bool), keys)
+    row, col, _, hp, _, _ = _run_activations(init, fixed)
     enemies = eqx.tree_at(lambda x: (x.row, x.col), e, (row.astype(jnp.int8), col.astype(jnp.int8)))
     player = eqx.tree_at(lambda x: x.hp, state.player, hp)
     return eqx.tree_at(lambda s: (s.enemies, s.player), state, (enemies, player))

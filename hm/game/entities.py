@@ -21,15 +21,18 @@ def count(entities: EntityList) -> Int32[Array, ""]:
 
 
 def compact(entities: EntityList) -> EntityList:
-    """Move live entries to the front in their list order and zero the rest."""
-    order = jnp.argsort(~entities.alive, stable=True)
-    alive = entities.alive[order]
+    """Move live entries to the front in their list order and zero the rest.
 
-    def take(x):
-        x = x[order]
-        return jnp.where(alive, x, jnp.zeros((), x.dtype))
+    A scatter to each live entry's rank (a prefix sum): cheaper than a sort under `vmap`.
+    """
+    capacity = entities.alive.shape[0]
+    rank = jnp.cumsum(entities.alive, dtype=jnp.int32) - 1
+    target = jnp.where(entities.alive, rank, capacity)      # dead entries: dropped
 
-    return jax.tree.map(take, entities)
+    def move(x):
+        return jnp.zeros_like(x).at[target].set(x, mode="drop")
+
+    return jax.tree.map(move, entities)
 
 
 def append(entities: EntityList, new: EntityList) -> EntityList:

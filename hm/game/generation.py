@@ -4,31 +4,34 @@ Everything here is an unbatched rule `f(state, ..., key) -> state`; batching is 
 at the call site. Generation is the one expensive rule of the game (up to 100 block-layout
 attempts, each a flood fill), so it is built to cost little under `vmap`:
 
-* **Bitboards.** A layout attempt is a two-word bitboard (`bitboard.py`); its K cells are
-  drawn by selecting random set bits of the eligible bitboard, and its validity (§12.4)
-  is a shift-and-mask flood fill.
-* **Cheap randomness.** `jax.random` gives each game a few seed words; the many values a
-  stage needs are derived from them by a keyed 32-bit integer hash of a counter. Integer
-  draws are exact up to a bias of n / 2**32 (`_below`).
+* **Bitboards.** A layout attempt is a bitboard: its K cells are a uniform K-subset of the
+  32 non-corner cells drawn with Floyd's algorithm on one uint32 and moved onto the
+  eligible cells by a software `pdep` (`_expand`); its validity (§12.4) is a
+  shift-and-mask flood fill (`bitboard.dilate`).
+* **Cheap randomness.** Each game's key is hashed into a few seed words; the many values a
+  stage needs are a keyed 32-bit integer hash of a counter (`_words`). Integer draws are
+  exact up to a bias of n / 2**32 (`_below`); random orders (transmission cells, programs)
+  are ranks of random keys.
 * **Attempts are indexed.** Attempt `a` of a game depends only on (seed, a), so the
   committed layout — the first valid attempt among attempts 0..99 — does not depend on how
   attempts are scheduled. Unbatched, attempts run in rounds of `_ROUND`, each round skipped
   by `lax.cond` once a valid attempt is known. Under `vmap`, a custom batching rule
-  (`_search_layout`) pools the attempts of the whole batch: every round hands out a fixed
-  number of attempt slots to the games still searching, more to games whose K makes valid
-  layouts rare, and repeats only while some game is still searching. The result is
-  bit-identical to the unbatched search.
+  (`_search_layout`) pools the attempts of the whole batch: each round hands a fixed pool
+  of attempt slots to the games still searching, more to games whose K makes valid layouts
+  rare, and a round runs only while some game of the batch is still searching. The result
+  is bit-identical to the unbatched search.
 * **Skipping games that need nothing.** `maybe_complete_stage`, `maybe_place_transmissions`
-  and `maybe_new_game` apply a rule only where a per-game predicate holds. Unbatched that is a
-  `lax.cond`; under `vmap` their batching rule gathers the selected games into chunks, runs
-  the rule on those only and scatters the results back, so a batch in which no game
-  completes a stage pays (almost) nothing, and one in which a few do pays for those few.
-  Outside this module prefer these to `jnp.where(pred, complete_stage(...), state)`, which
-  under `vmap` generates a stage for every game on every step.
+  and `maybe_new_game` apply a rule only where a per-game predicate holds. Unbatched that is
+  a `lax.cond`; under `vmap` their batching rule gathers the selected games into chunks,
+  runs the rule on those only and scatters the changed fields back, so a batch in which no
+  game completes a stage pays (almost) nothing, and one in which a few do pays for those
+  few. Prefer these to `jnp.where(pred, complete_stage(...), state)`, which under `vmap`
+  generates a stage for every game on every step.
 
-The batching rules loop with `lax.while_loop` on batch-level conditions (any game still
-searching, chunks left). Those loops are not per-game data-dependent loops: under one `vmap`
-they run once per batch. Under a second, outer `vmap` they still give the same results.
+Every loop has a fixed trip count (no `while`). The batch-level ones (pool rounds, chunks)
+are `fori_loop`s of `lax.cond` on a batch-wide predicate, so under one `vmap` the rounds
+and chunks no game needs are skipped; under a second, outer `vmap` they still give the same
+results (the conds become selects).
 """
 
 import functools
@@ -156,23 +159,11 @@ _RESOURCE_CDF = tuple(   # amount 1 below the first, 2 below the second, else 3
     _threshold(p) for p in np.round(np.cumsum(C.RESOURCE_AMOUNT_PROBS[:2], dtype=np.float64), 6))
 
 # ---------------------------------------------------------------------------------------
-# Bit selection.
+# Bits.
 
 
 def _popcount(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
     return jax.lax.population_count(x)
-
-
-def _select_in_word(word: UInt32[Array, "*s"], rank: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
-    """The bit of `word` holding its `rank`-th set bit (counting from bit 0); binary search."""
-    position = jnp.zeros_like(word)
-    for width in (16, 8, 4, 2, 1):
-        lower = _popcount(word & np.uint32((1 << width) - 1))
-        above = rank >= lower
-        rank = jnp.where(above, rank - lower, rank)
-        word = jnp.where(above, word >> width, word)
-        position = jnp.where(above, position + np.uint32(width), position)
-    return np.uint32(1) << position
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,34 +234,23 @@ def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s"],
     return _from_inner(_expand(ranks, eligible, steps))
 
 
-def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"],
-                  until_stable: bool) -> Bool[Array, "*s"]:
+def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"]
+                  ) -> Bool[Array, "*s"]:
     """§12.4 `layoutIsValid`: connectivity from (0,0) with the exit reached but not passed
     through, and every block next to a non-block cell.
 
-    The flood runs the 35 levels that any 36-cell search needs, or, when `until_stable`
-    (batch-level code only), until no cell of any board in the stack changes.
+    The flood runs the 35 levels any 36-cell search needs, five per loop iteration.
     """
     everything, origin = (jnp.broadcast_to(b, blocks.shape) for b in (_ALL, _ORIGIN))
     open_cells = everything & ~blocks
     expandable = open_cells & ~(exit_cell & ~origin)     # (0,0) expands even as the exit
 
-    def grow(reach):
-        return reach | (bitboard.dilate(reach & expandable) & open_cells)
+    def five_levels(_, reach):
+        for _ in range(5):
+            reach = reach | (bitboard.dilate(reach & expandable) & open_cells)
+        return reach
 
-    start = origin
-    if until_stable:
-        def unstable(carry):
-            reach, previous = carry
-            return jnp.any(reach != previous)
-
-        def two_levels(carry):
-            reach, _ = carry
-            return grow(grow(reach)), reach
-
-        reach, _ = jax.lax.while_loop(unstable, two_levels, (grow(start), start))
-    else:
-        reach = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, lambda _, r: grow(r), start)
+    reach = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE // 5, five_levels, origin)
     connected = jnp.all(reach == open_cells, axis=-1)
     reachable = jnp.all((blocks & ~bitboard.dilate(open_cells)) == 0, axis=-1)
     return connected & reachable
@@ -295,7 +275,7 @@ def _search_layout_unbatched(seed, eligible, exit_cell, k, active):
             layouts = _draw_layout(
                 seed, jnp.broadcast_to(inner, (_ROUND,)), jnp.broadcast_to(steps, (_ROUND, 5)),
                 jnp.broadcast_to(k, (_ROUND,)), attempt)
-            valid = _layout_valid(layouts, jnp.broadcast_to(exit_cell, (_ROUND, 2)), False)
+            valid = _layout_valid(layouts, jnp.broadcast_to(exit_cell, (_ROUND, 2)))
             valid = valid & (attempt < C.LAYOUT_ATTEMPTS)
             return jnp.any(valid), layouts[jnp.argmax(valid)]
 
@@ -321,28 +301,56 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
         next_attempt, found, _ = carry
         return jnp.any(~found & (next_attempt < C.LAYOUT_ATTEMPTS))
 
+    def share_out(wanted, capacity):
+        """Slots per game, handed out in game order until `capacity` runs out."""
+        end = jnp.minimum(jnp.cumsum(wanted), capacity)
+        return end - jnp.concatenate([jnp.zeros(1, jnp.int32), end[:-1]])
+
     def run_round(carry):
         next_attempt, found, layout = carry
         left = jnp.where(found, 0, C.LAYOUT_ATTEMPTS - next_attempt)
-        wanted = jnp.minimum(left, wanted_by_k)
-        end = jnp.minimum(jnp.cumsum(wanted), pool)     # games in order, until the pool is full
-        start = jnp.concatenate([jnp.zeros(1, jnp.int32), end[:-1]])
-        game = jnp.minimum(jnp.searchsorted(end, slot, side="right").astype(jnp.int32),
-                           games - 1)
+        share = share_out(jnp.minimum(left, wanted_by_k), pool)
+        share = share + share_out(left - share, pool - jnp.sum(share))  # spare slots
+        end = jnp.cumsum(share)
+        start = end - share
+        method = "compare_all" if games <= 256 else "scan"    # cheapest for small batches
+        game = jnp.minimum(
+            jnp.searchsorted(end, slot, side="right", method=method).astype(jnp.int32),
+            games - 1)
         used = slot < end[-1]
         attempt = next_attempt[game] + slot - start[game]
         layouts = _draw_layout(seed[game], inner[game], steps[game], k[game], attempt)
-        valid = _layout_valid(layouts, exit_cell[game], True) & used
+        valid = _layout_valid(layouts, exit_cell[game]) & used
         first = jnp.full(games, none_found).at[game].min(
             jnp.where(valid, attempt, none_found))
         hit = first < none_found
         first_slot = jnp.where(hit, start + first - next_attempt, 0)
         layout = jnp.where(hit[:, None], layouts[first_slot], layout)
-        return next_attempt + (end - start), found | hit, layout
+        return next_attempt + share, found | hit, layout
 
+    # A round either fills the pool or gives every searching game all its remaining
+    # attempts, so this many rounds always finish.
+    rounds = C.LAYOUT_ATTEMPTS * games // pool + 1
     init = (jnp.zeros(games, jnp.int32), ~active, jnp.zeros((games, 2), _U32))
-    _, _, layout = jax.lax.while_loop(searching, run_round, init)
+    _, _, layout = _while_needed(rounds, searching, run_round, init)
     return layout
+
+
+def _while_needed(most: int, needed: Callable, body: Callable, carry):
+    """`carry = body(carry)` while `needed(carry)`, at most `most` times, for batch-level
+    code: a fixed-count loop of `lax.cond`s (no `while`), in about √most groups that are
+    skipped as a whole, so the rounds not needed cost a few `cond`s (a few µs each on CPU)."""
+    per_group = math.ceil(math.sqrt(most))
+
+    def maybe_once(_, carry):
+        return jax.lax.cond(needed(carry), body, lambda c: c, carry)
+
+    def maybe_group(_, carry):
+        return jax.lax.cond(needed(carry),
+                            lambda c: jax.lax.fori_loop(0, per_group, maybe_once, c),
+                            lambda c: c, carry)
+
+    return jax.lax.fori_loop(0, math.ceil(most / per_group), maybe_group, carry)
 
 
 def _custom_batching(batched_rule: Callable):
@@ -411,7 +419,11 @@ def place_transmissions(state: GameState, key: PRNGKeyArray, n_task: Int32[Array
     free cells in it. Transmissions that find no free cell, or no room in the list, are
     dropped.
     """
-    seeds = _seeds(key, _TRANSMISSION_STREAMS)
+    return _place(state, _seeds(key, _TRANSMISSION_STREAMS), n_task, n_siphon, n_plain)
+
+
+def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, ""],
+           n_siphon: Int32[Array, ""], n_plain: Int32[Array, ""]) -> GameState:
     player = state.player.row * C.COLS + state.player.col
     cell = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
     enemy = entities.occupancy(state.enemies)
@@ -488,7 +500,7 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
     program = _draw_programs(seeds[_STREAM_PROGRAM])
     is_program = block & ~is_data
     program_index = jnp.cumsum(is_program, dtype=jnp.int32) - 1
-    program = jnp.where(is_program, program[jnp.clip(program_index, 0, _MAX_BLOCKS - 1)], -1)
+    program = jnp.where(is_program, program[jnp.clip(program_index, 0, C.NUM_PROGRAMS - 1)], -1)
     spawn = jnp.where(is_data, points,
                       jnp.asarray(C.PROGRAM_SPAWN_COUNT)[jnp.maximum(program, 0)])
 
@@ -517,22 +529,21 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
          false, false))
 
 
-def _draw_programs(seed: UInt32[Array, "2"]) -> Int8[Array, "11"]:
-    """The programs of a stage's program blocks, in order: draw j is uniform over the
-    programs not drawn before it (§12.4 `usedPrograms`)."""
-    available = jnp.asarray(np.uint32((1 << C.NUM_PROGRAMS) - 1))
-    words = _words(seed, jnp.arange(_MAX_BLOCKS, dtype=jnp.int32))
-    programs = []
-    for j in range(_MAX_BLOCKS):
-        bit = _select_in_word(available, _below(words[j], C.NUM_PROGRAMS - j))
-        available = available & ~bit
-        programs.append(jnp.int32(31) - jax.lax.clz(bit).astype(jnp.int32))
-    return jnp.stack(programs).astype(jnp.int8)
+def _draw_programs(seed: UInt32[Array, "2"]) -> Int32[Array, "23"]:
+    """A uniformly random order of the 23 programs: the j-th program block of a stage gets
+    entry j, so each is uniform over the programs not drawn before it (§12.4
+    `usedPrograms`). Ranks of random keys (ties broken by id, as in `_place`)."""
+    program = jnp.arange(C.NUM_PROGRAMS, dtype=jnp.int32)
+    order_key = ((_words(seed, program) >> 5) << 5) | program.astype(_U32)
+    rank = jnp.zeros(C.NUM_PROGRAMS, jnp.int32)
+    for other in range(C.NUM_PROGRAMS):
+        rank = rank + (order_key[other] < order_key).astype(jnp.int32)
+    return jnp.zeros(C.NUM_PROGRAMS, jnp.int32).at[rank].set(program)
 
 
 def _initialise_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray) -> GameState:
-    stage_key, transmission_key = jax.random.split(key)
-    board = _stage_board(state, _seeds(stage_key, _NUM_STREAMS), active)
+    seeds = _seeds(key, _NUM_STREAMS + _TRANSMISSION_STREAMS)
+    board = _stage_board(state, seeds[:_NUM_STREAMS], active)
     false = jnp.asarray(False)
     zero = jnp.int32(0)
     state = eqx.tree_at(
@@ -542,7 +553,7 @@ def _initialise_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArr
         (board, zero, state.interval, false, false, false, zero,
          empty_history(snapshot_of(state))))
     plain = jnp.where(active, state.stage, 0)
-    return place_transmissions(state, transmission_key, zero, zero, plain)
+    return _place(state, seeds[_NUM_STREAMS:], zero, zero, plain)
 
 
 def initialise_stage(state: GameState, key: PRNGKeyArray) -> GameState:
@@ -585,8 +596,12 @@ def complete_stage(state: GameState, key: PRNGKeyArray) -> GameState:
 def new_game(key: PRNGKeyArray) -> GameState:
     """§12.5 `newGame`: the player on a uniform corner with a uniform starting bonus
     (10 credits, 11 energy or 1 data siphon), stage 1, interval 12, then §12.2."""
-    start_key, stage_key = jax.random.split(key)
-    words = _words(_seeds(start_key, 1)[0], jnp.arange(2, dtype=jnp.int32))
+    return _new_game(key, jnp.asarray(True))
+
+
+def _new_game(key: PRNGKeyArray, active: Bool[Array, ""]) -> GameState:
+    # The start stream is one that stage generation (same key, below) does not use.
+    words = _words(_seeds(key, _NUM_STREAMS)[_STREAM_START], jnp.arange(2, dtype=jnp.int32))
     corner = jnp.asarray(_CORNER_CELLS)[_below(words[0], 4).astype(jnp.int32)]
     bonus = _below(words[1], 3).astype(jnp.int32)
     state = bare_state(corner // C.COLS, corner % C.COLS)
@@ -596,7 +611,7 @@ def new_game(key: PRNGKeyArray) -> GameState:
         (jnp.where(bonus == 0, C.STARTING_BONUS_CREDITS, player.credits),
          jnp.where(bonus == 1, C.STARTING_BONUS_ENERGY, player.energy),
          jnp.where(bonus == 2, C.STARTING_BONUS_SIPHONS, player.data_siphons)))
-    return initialise_stage(state, stage_key)
+    return _initialise_stage(state, active, key)
 
 
 # ---------------------------------------------------------------------------------------
@@ -609,19 +624,21 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
     `rule(state, active, *args)` must be a state update that is cheap when `active` is
     false (its result is then discarded). Unbatched, `maybe` is a `lax.cond`. Batched, it
     runs `rule` only on the selected games: gathered `chunk` at a time (≈ batch /
-    `chunk_divisor`), updated with `vmap(rule)` and scattered back in place, in a loop that
-    runs once per chunk of selected games (zero times when none is selected). Padding
-    entries of the last chunk run with `active` false and are dropped.
+    `chunk_divisor`), updated with `vmap(rule)` and the changed fields scattered back in
+    place, once per chunk of selected games (never when none is selected). Padding entries
+    of the last chunk run with `active` false and are dropped.
     """
 
     def batched(axis_size, state, pred, *args):
         chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
         chunks = math.ceil(axis_size / chunk)
-        selected = jnp.nonzero(pred, size=chunks * chunk, fill_value=axis_size)[0].astype(
-            jnp.int32)
         n_selected = jnp.sum(pred, dtype=jnp.int32)
 
         def update_chunk(c, state):
+            # Recomputed per chunk (there is usually one), so that a batch selecting no
+            # game pays for the sum above and nothing else.
+            selected = jnp.nonzero(pred, size=chunks * chunk, fill_value=axis_size)[0].astype(
+                jnp.int32)
             index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
             real = index < axis_size
             source = jnp.where(real, index, selected[0])
@@ -634,7 +651,10 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
                 else x.at[index].set(after, mode="drop"), state, taken, updated)
 
         n_chunks = (n_selected + chunk - 1) // chunk
-        return jax.lax.fori_loop(0, n_chunks, update_chunk, state)
+        _, state = _while_needed(
+            chunks, lambda carry: carry[0] < n_chunks,
+            lambda carry: (carry[0] + 1, update_chunk(*carry)), (jnp.int32(0), state))
+        return state
 
     @_custom_batching(batched)
     def maybe(state, pred, *args):
@@ -651,13 +671,13 @@ def _place_where_active(state, active, key, n_task, n_siphon, n_plain):
 
 
 def _new_game_where_active(state, active, key):
-    del state, active
-    return new_game(key)
+    del state
+    return _new_game(key, active)
 
 
 _maybe_complete_stage = _where_selected(_complete_stage, 32, 8)
 _maybe_place_transmissions = _where_selected(_place_where_active, 8, 8)
-_maybe_new_game = _where_selected(_new_game_where_active, 16, 8)
+_maybe_new_game = _where_selected(_new_game_where_active, 64, 8)
 
 
 def maybe_complete_stage(state: GameState, completed: Bool[Array, ""],

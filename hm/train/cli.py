@@ -49,10 +49,11 @@ class TrainArgs(Tap):
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
     save_interval: int | None = _OPTIONS.save_interval  # Checkpoint every N updates instead of by time (>= 1).
+    keep_checkpoints: int = _OPTIONS.keep_checkpoints  # Checkpoints kept per run, the newest (>= 1).
     runs_dir: Path = _OPTIONS.runs_dir  # Directory that holds one sub-directory per run.
     run_name: str | None = _OPTIONS.run_name  # Name of the run's directory; default: the start time, e.g. 20261122-031500.
     run_suffix: str | None = _OPTIONS.run_suffix  # Appended to the run name as -SUFFIX.
-    resume: Path | None = _OPTIONS.resume  # Continue from a checkpoint file, or a run directory's latest checkpoint.
+    resume: Path | None = _OPTIONS.resume  # Continue a checkpoint file or a run directory's latest; its config applies except for flags given here.
     compile_cache: str = str(DEFAULT_COMPILE_CACHE)  # Persistent JAX compilation cache directory ('' turns it off).
     coordinator_address: str | None = _OPTIONS.coordinator_address  # Multi-host: host:port of process 0 (automatic on TPU pods).
     num_processes: int | None = _OPTIONS.num_processes  # Multi-host: number of processes (automatic on TPU pods).
@@ -61,6 +62,8 @@ class TrainArgs(Tap):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("underscores_to_dashes", True)
+        # No abbreviated flags: `explicit_fields` must see every flag by its full name.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def train_config(self) -> TrainConfig:
@@ -75,6 +78,7 @@ class TrainArgs(Tap):
             log_interval=self.log_interval,
             save_interval_minutes=self.save_interval_minutes,
             save_interval=self.save_interval,
+            keep_checkpoints=self.keep_checkpoints,
             compile_cache=Path(self.compile_cache) if self.compile_cache else None,
             coordinator_address=self.coordinator_address,
             num_processes=self.num_processes,

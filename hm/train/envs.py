@@ -7,7 +7,7 @@ plus how to store an observation compactly and how to name action statistics.
 shapes, to measure the learner on its own; tests add tiny probe environments.
 
 Episode handling is the same for every environment and lives here once, in
-`vector_reset` / `vector_step`, which work on a batch of games:
+`vector_unstarted` / `vector_start` / `vector_step`, which work on a batch of games:
 
 * truncation: an episode that reaches `max_episode_steps` without ending is cut; the
   learner bootstraps from the value of its last observation (it is not a death);
@@ -17,7 +17,10 @@ Episode handling is the same for every environment and lives here once, in
   fresh game with `jnp.where`. A slot that finishes twice in one rollout starts from
   the same fresh game again (its play then differs by the policy's and the game's
   randomness). Keeping the pool per slot makes it gather-free and independent of how
-  env slots are split over devices.
+  env slots are split over devices;
+* a new run's slots hold no game (`vector_unstarted`, episode length -1) and take their
+  first game from the first rollout's pool (`vector_start`), so starting a run does not
+  compile `reset` a second time outside the training program.
 """
 
 import abc
@@ -235,7 +238,7 @@ class VecEnvState(eqx.Module):
     obs: Float[Array, "n obs"]         # current observation (network input)
     mask: Bool[Array, "n actions"]     # current legal actions
     episode_return: Float[Array, " n"]  # undiscounted return so far this episode
-    episode_length: Int32[Array, " n"]  # steps so far this episode
+    episode_length: Int32[Array, " n"]  # steps so far this episode; -1: no game yet
 
 
 class FreshGames(eqx.Module):
@@ -243,7 +246,6 @@ class FreshGames(eqx.Module):
 
     state: PyTree
     obs: Float[Array, "n obs"]
-    mask: Bool[Array, "n actions"]
 
 
 class StepOutput(eqx.Module):
@@ -261,15 +263,29 @@ class StepOutput(eqx.Module):
 def vector_fresh(env: AbstractEnv, keys: Key[Array, " n"]) -> FreshGames:
     """Reset one game per key (a batch of keys)."""
     state, obs = jax.vmap(env.reset)(keys)
-    return FreshGames(state=state, obs=obs, mask=jax.vmap(env.legal_actions)(state))
+    return FreshGames(state=state, obs=obs)
 
 
-def vector_reset(env: AbstractEnv, keys: Key[Array, " n"]) -> VecEnvState:
-    fresh = vector_fresh(env, keys)
-    n = fresh.obs.shape[0]
-    return VecEnvState(state=fresh.state, obs=fresh.obs, mask=fresh.mask,
+def vector_unstarted(env: AbstractEnv, n: int) -> VecEnvState:
+    """`n` slots holding no game yet (zeros, episode length -1); see `vector_start`."""
+    state, obs = jax.eval_shape(env.reset, jax.random.key(0))
+
+    def zeros(shape):
+        return jnp.zeros((n,) + shape.shape, shape.dtype)
+
+    return VecEnvState(state=jax.tree.map(zeros, state), obs=zeros(obs),
+                       mask=jnp.ones((n, env.num_actions), bool),
                        episode_return=jnp.zeros((n,), jnp.float32),
-                       episode_length=jnp.zeros((n,), jnp.int32))
+                       episode_length=jnp.full((n,), -1, jnp.int32))
+
+
+def vector_start(env: AbstractEnv, envs: VecEnvState, fresh: FreshGames) -> VecEnvState:
+    """Give every slot that holds no game yet its game from `fresh`."""
+    new = envs.episode_length < 0
+    state, obs = _select(new, (fresh.state, fresh.obs), (envs.state, envs.obs))
+    mask = jnp.where(new[:, None], jax.vmap(env.legal_actions)(state), envs.mask)
+    return VecEnvState(state=state, obs=obs, mask=mask, episode_return=envs.episode_return,
+                       episode_length=jnp.maximum(envs.episode_length, 0))
 
 
 def _select(pred: Bool[Array, " n"], on_true: PyTree, on_false: PyTree) -> PyTree:
@@ -296,9 +312,9 @@ def vector_step(
     episode_length = envs.episode_length + 1
     truncated = ~done & (episode_length >= max_episode_steps)
     finished = done | truncated
+    state, next_obs = _select(finished, (fresh.state, fresh.obs), (state, obs))
+    # after the swap, so the (possibly costly) mask is traced once, not also for the pool
     mask = jax.vmap(env.legal_actions)(state)
-    running = (state, obs, mask)
-    state, next_obs, mask = _select(finished, (fresh.state, fresh.obs, fresh.mask), running)
     new = VecEnvState(
         state=state, obs=next_obs, mask=mask,
         episode_return=jnp.where(finished, 0.0, episode_return),

@@ -27,7 +27,8 @@ TrainState fields (what a checkpoint holds; every leaf is a `jax.Array`):
                   obs             f32[num_envs, obs]  current observation
                   mask            bool[num_envs, actions]  current legal actions
                   episode_return  f32[num_envs]  return so far of the running episode
-                  episode_length  i32[num_envs]  steps so far of the running episode
+                  episode_length  i32[num_envs]  steps so far of the running episode;
+                                  -1 before the first call (no game yet)
     key         u32[2]: raw threefry key data; the next update's randomness
     update      i32[]: PPO updates done
     env_steps   u32[2]: env steps done, as (low, high) 32-bit words; see `total_env_steps`
@@ -54,7 +55,8 @@ from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt
 
 from hm.train import distributions, ppo
 from hm.train.config import ResolvedConfig
-from hm.train.envs import AbstractEnv, FreshGames, HackMatrixEnv, VecEnvState, vector_fresh, vector_step
+from hm.train.envs import (AbstractEnv, FreshGames, HackMatrixEnv, VecEnvState, vector_fresh, vector_start,
+                           vector_step, vector_unstarted)
 from hm.train.mesh import DATA_AXIS, make_mesh, to_global, to_host
 from hm.train.network import Network, evaluate
 from hm.train.precision import cast_floating, compute_dtype
@@ -189,12 +191,9 @@ class Learner(eqx.Module):
         """One new game per env slot of this device, keyed by global slot index."""
         return vector_fresh(self.env, _fold_in_each(key, self.env_ids()))
 
-    def init_envs(self, key: PRNGKeyArray) -> VecEnvState:
-        fresh = self.fresh_games(key)
-        n = self.local_envs
-        return VecEnvState(state=fresh.state, obs=fresh.obs, mask=fresh.mask,
-                           episode_return=jnp.zeros((n,), jnp.float32),
-                           episode_length=jnp.zeros((n,), jnp.int32))
+    def init_envs(self) -> VecEnvState:
+        """Slots with no game yet: the first rollout starts them from its reset pool."""
+        return vector_unstarted(self.env, self.local_envs)
 
     def truncation_values(self, params: Network, final_obs: Float[Array, "n obs"],
                           truncated: Bool[Array, " n"]) -> Float[Array, " n"]:
@@ -232,6 +231,7 @@ class Learner(eqx.Module):
         """`num_steps` steps of every env slot under the current policy."""
         fresh_key, steps_key = jax.random.split(key)
         fresh = self.fresh_games(fresh_key)
+        envs = vector_start(self.env, envs, fresh)
         ids = self.env_ids()
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
@@ -423,7 +423,7 @@ def abstract_train_state(resolved: ResolvedConfig, env: AbstractEnv | None = Non
 
     def build(key_data):
         params, opt_state = _params_and_opt_state(learner, key_data)
-        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(_key(key_data)),
+        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(),
                           key=key_data, update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
 
     return jax.eval_shape(build, jax.ShapeDtypeStruct((2,), jnp.uint32))
@@ -431,10 +431,11 @@ def abstract_train_state(resolved: ResolvedConfig, env: AbstractEnv | None = Non
 
 def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
          mesh: Mesh | None = None) -> TrainState:
-    """A new TrainState on the mesh: fresh network, optimizer state and games.
+    """A new TrainState on the mesh: fresh network and optimizer state, empty env slots.
 
     Every process of a multi-host run calls this with the same arguments and gets the
-    same global arrays; each device starts the games of its own env slots.
+    same global arrays. The env slots hold no game yet: the first call starts them from
+    its reset pool (so starting a run compiles the game once, in the training program).
 
     Args:
         resolved: the run's configuration.
@@ -447,17 +448,14 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     learner = Learner(env=env, config=resolved)
     template = abstract_train_state(resolved, env)
     shardings = train_state_shardings(template, mesh)
-    keys = jax.random.split(_as_key(key, resolved.seed), 3)
-    params_key, envs_key, run_key = (to_global(jax.random.key_data(k), shardings.key) for k in keys)
+    keys = jax.random.split(_as_key(key, resolved.seed), 2)
+    params_key, run_key = (to_global(jax.random.key_data(k), shardings.key) for k in keys)
     params, opt_state = jax.jit(
         lambda k: _params_and_opt_state(learner, k),
         out_shardings=(shardings.params, shardings.opt_state))(params_key)
-    sharded_learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
-    env_specs = jax.tree.map(lambda _: PartitionSpec(DATA_AXIS), template.envs)
-    start_games = jax.shard_map(lambda k: sharded_learner.init_envs(_key(k)), mesh=mesh,
-                                in_specs=(PartitionSpec(),), out_specs=env_specs, check_vma=False)
+    envs = jax.jit(lambda: learner.init_envs(), out_shardings=shardings.envs)()
     return TrainState(
-        params=params, opt_state=opt_state, envs=jax.jit(start_games)(envs_key), key=run_key,
+        params=params, opt_state=opt_state, envs=envs, key=run_key,
         update=to_global(np.int32(0), shardings.update),
         env_steps=to_global(np.zeros((2,), np.uint32), shardings.env_steps),
     )
@@ -509,9 +507,14 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
         raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
                          f"for {resolved.devices}")
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
-    specs = _specs(abstract_train_state(resolved, env))
+    template = abstract_train_state(resolved, env)
+    specs = _specs(template)
     # check_vma=False: the env's own scans need not be written for shard_map's
     # replication typing; the learner averages gradients explicitly (see ppo.loss).
     chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()),
                           check_vma=False)
-    return jax.jit(chunk, donate_argnums=0)
+    # Explicit shardings, the same as `init` gives: the output feeds the next call
+    # unchanged, so the program never recompiles.
+    shardings = train_state_shardings(template, mesh)
+    return jax.jit(chunk, donate_argnums=0, in_shardings=(shardings,),
+                   out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())))

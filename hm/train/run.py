@@ -40,10 +40,10 @@ from hm.train import (
     to_global,
     to_host,
     total_env_steps,
-    train_state_shardings,
     validate,
 )
 from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
+from hm.train.config import ConfigError, to_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
 from hm.train.logging import RunLogger, format_config, format_metrics_line, write_json
@@ -88,8 +88,6 @@ class RunOptions:
 
 def validate_options(options: RunOptions) -> None:
     """Raise `ConfigError(flag, message)` for the first driver option out of range."""
-    from hm.train.config import ConfigError
-
     if options.log_interval < 1:
         raise ConfigError("--log-interval", f"--log-interval must be an integer >= 1; got {options.log_interval!r}")
     if options.save_interval is not None and options.save_interval < 1:
@@ -178,8 +176,6 @@ def new_run_dir(runs_dir: Path, name: str, automatic: bool) -> Path:
 
 def _fields(config: Any) -> dict[str, Any]:
     """A `TrainConfig` or `ResolvedConfig` as JSON-able values."""
-    from hm.train.config import to_dict
-
     return to_dict(config)
 
 
@@ -359,7 +355,10 @@ class Trainer:
             if not problems:
                 host = checkpoint.fill(template, checkpoint.read_arrays(path))
                 self.say(f"resumed from {where}")
-                return to_global(host, train_state_shardings(template, self.mesh))
+                # Placed exactly as a fresh state is: the fused program's compiled form
+                # (and its cache entry) depends on its inputs' shardings.
+                fresh = init(self.resolved, env=self.env, mesh=self.mesh)
+                return to_global(host, jax.tree.map(lambda leaf: leaf.sharding, fresh))
             why = "its optimizer or environment state does not fit this run: " + "; ".join(problems[:3])
         else:
             old, new = meta.layout, self.layout
@@ -511,7 +510,7 @@ class Trainer:
                     "network": type(params).__module__ + "." + type(params).__qualname__,
                     **dataclasses.asdict(self.architecture),
                     "game_version": GAME_VERSION,
-                    "precision": getattr(self.resolved, "precision", None),
+                    "precision": self.resolved.precision,
                     "run_name": self.run_name,
                     "update": self.update,
                     "env_steps": self.env_steps,
@@ -575,20 +574,23 @@ def run(trainer: Trainer) -> int:
                     break
                 if not trainer.done and trainer.save_due():
                     trainer.save()
-            if trainer.diverged:
+            path = None if trainer.diverged else trainer.save()
+            if path is None:  # NaN/inf in the metrics or in the state itself
                 kept = trainer.last_checkpoint
                 trainer.say(
                     "stopped: training diverged (NaN/inf); "
                     + (f"last good checkpoint: {kept}" if kept else "no checkpoint had been saved yet")
                 )
                 return EXIT_DIVERGED
-            path = trainer.save()
             if not trainer.done:
                 trainer.say(f"stopped at update {trainer.update}: checkpoint {path}")
                 trainer.say(f"resume with: bin/train --resume {trainer.run_dir}")
                 return 128 + (signals.received or signal.SIGTERM)
             policy = trainer.export_policy()
-            trainer.say(f"done: {trainer.summary()}; checkpoint {path}; policy {policy}")
+            if trainer.calls == 0:
+                trainer.say(f"nothing to do: the run already reached update {trainer.update}; policy {policy}")
+            else:
+                trainer.say(f"done: {trainer.summary()}; checkpoint {path}; policy {policy}")
             return EXIT_OK
         except KeyboardInterrupt:  # a second Ctrl-C: leave at once
             trainer.say(f"interrupted without saving; last checkpoint: {trainer.last_checkpoint or 'none'}")

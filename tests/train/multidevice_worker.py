@@ -2,7 +2,7 @@
 
     python multidevice_worker.py devices OUT_DIR
         (with XLA_FLAGS=--xla_force_host_platform_device_count=4) trains one chunk of the
-        same config on 1, 2 and 4 devices; writes params_<D>.npz and refusals.json.
+        same config on 1 and 4 devices; writes params_<D>.npz and devices.json.
     python multidevice_worker.py process OUT_DIR COORDINATOR PROCESS_ID
         one of two processes joined by jax.distributed (one CPU device each) training
         one chunk together on the 2-device mesh; writes process_<ID>.npz.
@@ -63,7 +63,7 @@ def main():
     if mode == "devices":
         assert jax.device_count() == 4, jax.devices()
         summary = {"refusals": refusals()}
-        for devices in (1, 2, 4):
+        for devices in (1, 4):
             arrays, extra = train_one_chunk(devices)
             np.savez(out / f"params_{devices}.npz", **arrays)
             summary[str(devices)] = extra

@@ -8,7 +8,6 @@ itself in a subprocess.
 import dataclasses
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ BAD_INPUT = [
     (["--num-envs", "0"], "--num-envs must be a positive multiple of the device count"),
     (["--num-envs", "-5"], "--num-envs must be a positive multiple"),
     (["--num-envs", "abc"], "argument --num-envs: invalid int value: 'abc'"),
+    (["--num-env", "8"], "unrecognized arguments: --num-env 8"),
     (["--num-steps", "0"], "--num-steps must be an integer >= 1; got 0"),
     (["--total-timesteps", "100"], "--total-timesteps must be at least one batch"),
     (["--lr", "0"], "--lr must be a number in (0, 1]; got 0.0"),
@@ -58,6 +58,7 @@ BAD_INPUT = [
     (["--save-interval", "0"], "--save-interval must be an integer >= 1 (updates); got 0"),
     (["--save-interval-minutes", "0"], "--save-interval-minutes must be a number > 0; got 0.0"),
     (["--save-interval-minutes", "5", "--save-interval", "3"], "give either --save-interval (updates) or --save-interval-minutes"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints must be an integer >= 1; got 0"),
     (["--run-name", "a/b"], "--run-name must be letters, digits"),
     (["--run-suffix", "two words"], "--run-suffix must be letters, digits"),
     (["--resume", "/no/such/run"], "--resume: /no/such/run does not exist"),

@@ -8,7 +8,7 @@ from probes import PROBE_STATES, TabularState, probe_suite
 
 from hm.game import constants as C
 from hm.train import envs as envs_lib
-from hm.train.envs import HackMatrixEnv, NullEnv
+from hm.train.envs import NullEnv
 
 
 def test_pack_obs_is_exact_for_the_values_the_game_makes():
@@ -52,8 +52,7 @@ def test_vector_step_truncates_and_resets():
                                mask=jax.vmap(env.legal_actions)(start),
                                episode_return=jnp.zeros(n), episode_length=jnp.array([0, 2], jnp.int32))
     fresh_state = TabularState(state=jnp.array([constant, constant], jnp.int32))
-    fresh = envs_lib.FreshGames(state=fresh_state, obs=jax.vmap(env.observe)(fresh_state),
-                                mask=jax.vmap(env.legal_actions)(fresh_state))
+    fresh = envs_lib.FreshGames(state=fresh_state, obs=jax.vmap(env.observe)(fresh_state))
     keys = jax.random.split(jax.random.key(0), n)
     actions = jnp.zeros(n, jnp.int32)
     vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
@@ -64,47 +63,8 @@ def test_vector_step_truncates_and_resets():
     assert vec.episode_length.tolist() == [1, 0] and vec.episode_return.tolist() == [1.0, 0.0]
     np.testing.assert_array_equal(out.final_obs[1], env.observe(TabularState(state=jnp.int32(loop))))
     np.testing.assert_array_equal(vec.obs[1], fresh.obs[1])
+    np.testing.assert_array_equal(vec.mask[1], env.legal_actions(TabularState(state=jnp.int32(constant))))
     # a terminal step: done, not truncated, restarted
     vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
     assert out.done.tolist() == [False, True] and out.truncated.tolist() == [False, False]
     assert vec.state.state.tolist() == [loop, constant]
-
-
-def test_hackmatrix_adapter():
-    env = HackMatrixEnv()
-    state, obs = jax.jit(env.reset)(jax.random.key(0))
-    assert obs.shape == (C.OBS_FLAT_SIZE,) and obs.dtype == jnp.float32
-    mask = env.legal_actions(state)
-    assert mask.shape == (C.NUM_ACTIONS,) and bool(jnp.any(mask))
-    action = jnp.argmax(mask).astype(jnp.int32)
-    state, obs, reward, done, info = jax.jit(env.step)(state, action, jax.random.key(1))
-    assert reward.dtype == jnp.float32 and done.dtype == jnp.bool_
-    assert info.reward_terms.shape == (15,) and info.stage.dtype == jnp.int32
-    np.testing.assert_allclose(jnp.sum(info.reward_terms), reward, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_packed_game_observations_are_exact():
-    """Random legal play on the real game: every observation survives uint8 storage."""
-    env = HackMatrixEnv()
-    n, steps = 64, 200
-
-    def play(key):
-        state, obs = jax.vmap(env.reset)(jax.random.split(key, n))
-
-        def step(carry, key):
-            state, obs = carry
-            action_key, step_key, reset_key = jax.random.split(key, 3)
-            mask = jax.vmap(env.legal_actions)(state)
-            logits = jnp.where(mask, 0.0, -jnp.inf)
-            action = jax.random.categorical(action_key, logits).astype(jnp.int32)
-            state, obs, _, done, _ = jax.vmap(env.step)(state, action, jax.random.split(step_key, n))
-            fresh, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, n))
-            state, obs = envs_lib._select(done, (fresh, fresh_obs), (state, obs))
-            restored = jax.vmap(env.decode_obs)(jax.vmap(env.encode_obs)(obs))
-            return (state, obs), jnp.sum(restored != obs)
-
-        _, mismatches = jax.lax.scan(step, (state, obs), jax.random.split(key, steps))
-        return mismatches
-
-    assert int(jnp.sum(jax.jit(play)(jax.random.key(0)))) == 0

@@ -97,7 +97,7 @@ def test_compiles_once(probe_run, caplog):
     state = probe_run.state
     with caplog.at_level(logging.WARNING), jax.log_compiles(True):
         state, _ = probe_run.train(state)
-    compiles = [r for r in caplog.records if "Compiling" in r.getMessage() and "chunk" in r.getMessage()]
+    compiles = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
     assert compiles == []
     assert probe_run.train._cache_size() == 1
     probe_run.state = state
@@ -111,19 +111,16 @@ def test_buffers_are_donated(probe_run):
     probe_run.state = new_state
 
 
-def test_same_seed_same_parameters():
-    resolved = probe_config(updates_per_call=3, total_timesteps=16 * 16 * 3)
-    env = probe_suite()
-    first = run(resolved, env, calls=1)
-    mesh = first.mesh
-    second = init(resolved, 0, env=env, mesh=mesh)
-    second, _ = first.train(second)
-    for a, b in zip(jax.tree.leaves(first.state), jax.tree.leaves(second)):
-        np.testing.assert_array_equal(jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a,
-                                      jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
-    other = init(resolved, 1, env=env, mesh=mesh)
-    other, _ = first.train(other)
-    assert not np.array_equal(other.params.trunk[0].weight, first.state.params.trunk[0].weight)
+def test_same_seed_same_parameters(probe_run):
+    def train_from(seed):
+        state = init(probe_run.resolved, seed, env=probe_run.env, mesh=probe_run.mesh)
+        state, _ = probe_run.train(state)
+        return state
+
+    first, second, other = train_from(7), train_from(7), train_from(8)
+    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(second)):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(other.params.trunk[0].weight, first.params.trunk[0].weight)
 
 
 def test_reshard_keeps_weights_and_counters(probe_run):

@@ -155,6 +155,9 @@ def test_resume_continues_exactly(make_trainer, tmp_path):
     resumed.call()
     assert (resumed.update, resumed.env_steps) == (straight.update, straight.env_steps) == (4, 256)
     assert_bitwise_equal(resumed.state, straight.state)
+    # A restored state is placed like a fresh one: its next calls reuse the compiled program.
+    resumed.call()
+    assert resumed._train_fn._cache_size() == straight._train_fn._cache_size() == 1
 
 
 def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_trainer, tmp_path):

@@ -1,0 +1,210 @@
+"""A trained policy for the tools: loading it, and choosing actions with it.
+
+`load` takes whatever a person is likely to point at: a run directory (its exported
+`policy.eqx` if training finished, else its latest checkpoint's parameters), a
+`policy.eqx`/`policy.json` file, a `checkpoints/` directory or one checkpoint file.
+Anything else, or a policy that does not fit this game's observation and actions or
+rules version, raises `PolicyError` with the reason, before any array is built.
+
+Reading goes through `hm.train.checkpoint` (its meta checks, `load_policy`,
+`mismatched_leaves`, `fill`), so the tools accept exactly what the trainer writes.
+The network runs in float32 here whatever precision it was trained in: the tools run
+on a CPU, where bfloat16 is slower (`hm.train.precision`).
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int32
+
+from hm.game import constants as C
+from hm.train import checkpoint, distributions
+from hm.train.checkpoint import Architecture, CheckpointError
+from hm.train.network import Network, evaluate
+
+NETWORK_CLASS = f"{Network.__module__}.{Network.__qualname__}"
+# The network a uniform-random baseline runs when no policy gives it a shape (any works).
+BASELINE_ARCHITECTURE = Architecture(hidden_dim=1, num_layers=1, obs_size=C.OBS_FLAT_SIZE,
+                                     num_actions=C.NUM_ACTIONS)
+
+
+class PolicyError(Exception):
+    """A path that holds no usable policy; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A network ready to act, and where it came from.
+
+    `source` names the file read and its run, update and env steps, for reports.
+    """
+
+    network: Network
+    architecture: Architecture
+    source: str
+
+
+class _Params(eqx.Module):
+    """A template whose key paths are those of the parameters inside a `TrainState`."""
+
+    params: Network
+
+
+def _misfits(stored: Architecture) -> list[str]:
+    """How a policy's input and output sizes differ from this game's (its width is free)."""
+    return [f"{name} is {have}, this game's is {need}"
+            for name, have, need in (("obs_size", stored.obs_size, C.OBS_FLAT_SIZE),
+                                     ("num_actions", stored.num_actions, C.NUM_ACTIONS))
+            if have != need]
+
+
+def _provenance(path: Path, run_name: Any, update: Any, env_steps: Any) -> str:
+    facts = [f"run {run_name}" if run_name else "",
+             f"update {update}" if update is not None else "",
+             f"{env_steps} env steps" if env_steps is not None else ""]
+    facts = [fact for fact in facts if fact]
+    return f"{path} ({', '.join(facts)})" if facts else str(path)
+
+
+def _refuse(path: Path, reasons: list[str]) -> PolicyError:
+    return PolicyError(f"{path}: does not fit this game: " + "; ".join(reasons))
+
+
+def _load_exported(run_dir: Path) -> Policy:
+    """The `policy.eqx` + `policy.json` pair in `run_dir`."""
+    meta_path, params_path = run_dir / checkpoint.POLICY_META, run_dir / checkpoint.POLICY_PARAMS
+    for needed in (meta_path, params_path):
+        if not needed.is_file():
+            other = params_path if needed == meta_path else meta_path
+            raise PolicyError(f"{run_dir}: has {other.name} but no {needed.name}; an exported "
+                              f"policy is the pair {checkpoint.POLICY_PARAMS} + {checkpoint.POLICY_META}")
+    try:
+        description = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise PolicyError(f"{meta_path}: cannot read the policy description ({error})") from None
+    if not isinstance(description, dict):
+        raise PolicyError(f"{meta_path}: not a policy description (a JSON object)")
+    fields = ("hidden_dim", "num_layers", "obs_size", "num_actions", "game_version")
+    missing = [name for name in fields if not isinstance(description.get(name), int)]
+    if missing:
+        raise PolicyError(f"{meta_path}: not a policy description: no integer {', '.join(missing)}")
+    network_class = description.get("network", NETWORK_CLASS)
+    if network_class != NETWORK_CLASS:
+        raise PolicyError(f"{meta_path}: a {network_class}; the tools can run only {NETWORK_CLASS}")
+    stored = Architecture(**{field.name: description[field.name]
+                             for field in dataclasses.fields(Architecture)})
+    if reasons := _misfits(stored):
+        raise _refuse(meta_path, reasons)
+    try:
+        network = checkpoint.load_policy(run_dir)
+    except CheckpointError as error:
+        raise PolicyError(str(error)) from None
+    except (RuntimeError, ValueError, OSError, EOFError) as error:
+        # equinox names the first leaf whose shape differs, or the file is cut short.
+        raise PolicyError(f"{params_path}: does not hold the network {meta_path.name} describes "
+                          f"(hidden_dim {stored.hidden_dim}, num_layers {stored.num_layers}): "
+                          f"{error}") from None
+    source = _provenance(params_path, description.get("run_name"), description.get("update"),
+                         description.get("env_steps"))
+    return Policy(network=network, architecture=stored, source=source)
+
+
+def _load_checkpoint(path: Path) -> Policy:
+    """The parameters of one training checkpoint (optimizer and games are not read)."""
+    try:
+        meta = checkpoint.read_meta(path)
+    except CheckpointError as error:
+        raise PolicyError(f"{path} is not a policy, run directory or checkpoint: {error}") from None
+    stored = meta.architecture
+    reasons = _misfits(stored)
+    if meta.game_version != C.GAME_VERSION:
+        reasons.append(f"trained on rules version {meta.game_version}, this code implements "
+                       f"version {C.GAME_VERSION}")
+    if reasons:
+        raise _refuse(path, reasons)
+    like = eqx.filter_eval_shape(Network, stored.obs_size, stored.num_actions, stored.hidden_dim,
+                                 stored.num_layers, key=jax.random.key(0))
+    template = _Params(params=like)
+    if problems := checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX):
+        raise PolicyError(f"{path}: its parameters are not the network its meta describes: "
+                          + "; ".join(problems[:3]))
+    try:
+        arrays = checkpoint.read_arrays(path, prefix=checkpoint.PARAMS_PREFIX)
+    except CheckpointError as error:
+        raise PolicyError(str(error)) from None
+    network = jax.device_put(checkpoint.fill(template, arrays, prefix=checkpoint.PARAMS_PREFIX).params)
+    source = _provenance(path, meta.run_name, meta.update, meta.env_steps)
+    return Policy(network=network, architecture=stored, source=source)
+
+
+def load(path: str | Path) -> Policy:
+    """The policy at `path`: a run directory, `policy.eqx`/`policy.json`, or a checkpoint.
+
+    A run directory's exported policy is preferred (it is the final one); without it the
+    latest checkpoint is used, so a run still training can be watched.
+
+    Raises:
+        PolicyError: nothing usable there; the message names the path and the reason.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise PolicyError(f"{path} does not exist")
+    if path.is_dir():
+        if (path / checkpoint.POLICY_META).exists() or (path / checkpoint.POLICY_PARAMS).exists():
+            return _load_exported(path)
+        try:
+            found = checkpoint.find_checkpoint(path)
+        except CheckpointError:
+            raise PolicyError(
+                f"{path} is not a run directory: it holds neither {checkpoint.POLICY_PARAMS} + "
+                f"{checkpoint.POLICY_META} nor {checkpoint.CHECKPOINTS_DIR}/ckpt_*.ckpt") from None
+        return _load_checkpoint(found)
+    if path.name in (checkpoint.POLICY_PARAMS, checkpoint.POLICY_META):
+        return _load_exported(path.parent)
+    return _load_checkpoint(path)
+
+
+def uniform_network(like: Network | None = None) -> Network:
+    """A network whose policy is uniform over the legal actions (and whose value is 0).
+
+    All weights zero give all logits zero, which the masked distribution turns into the
+    uniform choice among legal actions. The random baseline is run this way, through
+    the same compiled program as a policy of the shape of `like` (default: the smallest).
+    """
+    if like is None:
+        a = BASELINE_ARCHITECTURE
+        like = eqx.filter_eval_shape(Network, a.obs_size, a.num_actions, a.hidden_dim, a.num_layers,
+                                     key=jax.random.key(0))
+    return jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), like)
+
+
+def act(
+    network: Network,
+    obs: Float[Array, "batch obs"],
+    mask: Bool[Array, "batch actions"],
+    uniform: Float[Array, " batch"],
+    greedy: Bool[Array, ""],
+) -> tuple[Int32[Array, " batch"], Float[Array, "batch actions"], Float[Array, " batch"]]:
+    """Choose one legal action per row, as the learner samples them, or the likeliest.
+
+    Args:
+        network: the actor-critic.
+        obs: flat observations (`Observation.flat()`).
+        mask: the legal actions (`hm.game.legal_actions`).
+        uniform: one draw in [0, 1) per row, for sampling by inverse CDF.
+        greedy: take the most probable legal action instead of sampling (an array, so
+            both choices share one compiled program).
+
+    Returns:
+        The actions, every action's probability (0 for illegal ones) and the value estimates.
+    """
+    logits, value = evaluate(network, obs, "f32")
+    sampled = distributions.sample(logits, mask, uniform)
+    likeliest = jnp.argmax(distributions.log_probs(logits, mask), axis=-1).astype(jnp.int32)
+    action = jnp.where(greedy, likeliest, sampled)
+    return action, distributions.probs(logits, mask), value

@@ -1,0 +1,146 @@
+"""`bin/watch`: watch a trained agent play, one step at a time.
+
+Each step shows the board, the action the agent took with its probability (and the
+runners-up), the value the critic gave the state, and the reward with its nonzero
+terms. On a terminal the screen is redrawn in place every `--delay` seconds; piped,
+the steps follow one another as a log. The game is stepped by the same compiled
+`step` as `bin/play`; the agent's choice is one more small compiled program.
+"""
+
+import io
+import sys
+import time
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int32, Key
+from tap import Tap
+
+from hm import game
+from hm.tools.evaluate import DEFAULT_MAX_STEPS
+from hm.tools.play import (
+    action_name,
+    advance,
+    check_float,
+    check_int,
+    check_seed,
+    new_game,
+    outcome,
+    reward_line,
+    use_compile_cache,
+)
+from hm.tools.policy import PolicyError, act, load
+from hm.train.network import Network
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+RUNNERS_UP = 3
+
+
+@eqx.filter_jit
+def choose(network: Network, state: game.GameState, key: Key[Array, ""], greedy: Bool[Array, ""]
+           ) -> tuple[Int32[Array, ""], Float[Array, " actions"], Float[Array, ""]]:
+    """The agent's action in `state`, every action's probability, and the state's value."""
+    obs = game.observe(state).flat()[None]
+    mask = game.legal_actions(state)[None]
+    action, probs, value = act(network, obs, mask, jax.random.uniform(key, (1,)), greedy)
+    return action[0], probs[0], value[0]
+
+
+def choice_line(action: int, probs: np.ndarray, value: float) -> str:
+    """`agent: right (p 0.412)  value +0.530  | up 0.300, siphon 0.120`."""
+    others = [int(a) for a in np.argsort(-probs, kind="stable") if a != action and probs[a] > 0][:RUNNERS_UP]
+    line = f"agent: {action_name(action)} (p {probs[action]:.3f})  value {value:+.3f}"
+    if others:
+        line += "  | " + ", ".join(f"{action_name(a)} {probs[a]:.3f}" for a in others)
+    return line
+
+
+def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps: int, delay: float,
+          out: io.TextIOBase, redraw: bool) -> list[float]:
+    """Play and show `episodes` games; returns their returns.
+
+    Args:
+        redraw: clear the screen before each board (a terminal), instead of logging.
+    """
+    returns = []
+    key = jax.random.key(seed)
+    greedy_flag = jnp.asarray(greedy)
+    for episode in range(1, episodes + 1):
+        key, reset_key, play_key = jax.random.split(key, 3)
+        state = new_game(reset_key)
+        total, steps, done, info = 0.0, 0, False, None
+        while not done and steps < max_steps:
+            if redraw:
+                print(CLEAR_SCREEN, end="", file=out)
+            print(f"episode {episode}/{episodes}  step {steps}  stage {int(state.stage)}  return {total:+.3f}",
+                  file=out)
+            print(game.render(state, legend=episode == 1 and steps == 0), file=out)
+            choose_key, step_key = jax.random.split(jax.random.fold_in(play_key, steps))
+            action, probs, value = jax.device_get(choose(network, state, choose_key, greedy_flag))
+            print(choice_line(int(action), np.asarray(probs), float(value)), file=out)
+            state, _, reward, done, info = advance(state, int(action), step_key)
+            total += reward
+            steps += 1
+            print(reward_line(reward, info["reward_terms"]), file=out, flush=True)
+            if delay > 0:
+                time.sleep(delay)
+        if redraw:
+            print(CLEAR_SCREEN, end="", file=out)
+        print(game.render(state, legend=False), file=out)
+        how = outcome(info, state) if done else f"truncated at --max-steps {max_steps}"
+        print(f"episode {episode}/{episodes} over after {steps} steps, {how}: return {total:+.3f}",
+              file=out, flush=True)
+        returns.append(total)
+    return returns
+
+
+class WatchArgs(Tap):
+    """Watch a trained agent play HackMatrix: the board, the action taken with its
+    probability, the value estimate and the reward at every step.
+    Exit codes: 0 done, 2 bad input (a path that holds no usable policy, a flag out of range)."""
+
+    policy: str  # Run directory, policy.eqx/policy.json, or checkpoint file.
+    delay: float = 0.3  # Seconds to wait after each step (>= 0).
+    episodes: int = 1  # Games to watch (>= 1).
+    seed: int = 0  # Random seed in [0, 2^32 - 1] for the games and the agent's sampling.
+    greedy: bool = False  # Take the likeliest action instead of sampling.
+    max_steps: int = DEFAULT_MAX_STEPS  # Cut a game after this many steps (>= 1).
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("underscores_to_dashes", True)
+        kwargs.setdefault("allow_abbrev", False)   # as bin/train: flags by their full names
+        super().__init__(*args, **kwargs)
+
+    def configure(self) -> None:
+        self.add_argument("policy", metavar="RUN_OR_POLICY")
+
+    def process_args(self) -> None:
+        check_float(self, "--delay", self.delay, 0.0)
+        check_int(self, "--episodes", self.episodes, 1)
+        check_seed(self, self.seed)
+        check_int(self, "--max-steps", self.max_steps, 1)
+
+
+def main(argv: Sequence[str] | None = None, stdout: io.TextIOBase | None = None) -> int:
+    """Parse `argv`, load the policy and show its games; returns the exit code."""
+    out = sys.stdout if stdout is None else stdout
+    parser = WatchArgs(prog="bin/watch")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        policy = load(args.policy)
+    except PolicyError as error:
+        parser.error(f"RUN_OR_POLICY: {error}")
+    use_compile_cache()
+    print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out, flush=True)
+    returns = watch(policy.network, episodes=args.episodes, seed=args.seed, greedy=args.greedy,
+                    max_steps=args.max_steps, delay=args.delay, out=out, redraw=out.isatty())
+    if len(returns) > 1:
+        print(f"{len(returns)} episodes: mean return {np.mean(returns):+.3f}", file=out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
-from jax._src import xla_bridge
 
 Carry = TypeVar("Carry")
 
@@ -89,11 +88,8 @@ def request_devices(count: int) -> None:
     match = re.search(rf"{_DEVICE_COUNT_FLAG}=(\d+)", flags)
     if count <= (int(match.group(1)) if match else 1):
         return
-    if xla_bridge.backends_are_initialized():
-        raise RuntimeError(
-            f"{count} devices requested after JAX initialised its backends; "
-            f"set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before starting Python"
-        )
+    # Takes effect only if JAX has not started its backends yet; `batch_mesh` then
+    # reports the shortfall (with this advice) if it came too late.
     flags = re.sub(rf"{_DEVICE_COUNT_FLAG}=\d+", "", flags)
     os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
 
@@ -102,7 +98,9 @@ def batch_mesh(count: int, axis: str) -> jax.sharding.Mesh:
     """A one-axis mesh over the first `count` devices of the default backend."""
     devices = jax.devices()
     if len(devices) < count:
-        raise ValueError(f"{count} devices requested, {len(devices)} available: {devices}")
+        raise ValueError(
+            f"{count} devices requested, {len(devices)} available: {devices}; on CPU set "
+            f"XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before JAX starts")
     return jax.sharding.Mesh(np.array(devices[:count]), (axis,))
 
 

@@ -159,11 +159,27 @@ _RESOURCE_CDF = tuple(   # amount 1 below the first, 2 below the second, else 3
     _threshold(p) for p in np.round(np.cumsum(C.RESOURCE_AMOUNT_PROBS[:2], dtype=np.float64), 6))
 
 # ---------------------------------------------------------------------------------------
-# Bits.
+# Counting and ordering.
 
 
 def _popcount(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
     return jax.lax.population_count(x)
+
+
+def _prefix_sum(x: Int32[Array, "n"] | Bool[Array, "n"]) -> Int32[Array, "n"]:
+    """Inclusive prefix sum. `jnp.cumsum` lowers to a reduce-window that XLA (CPU) runs in
+    quadratic time: 0.25 ms for 2048 entries, against a few µs for this log-depth scan."""
+    return jax.lax.associative_scan(jnp.add, x.astype(jnp.int32))
+
+
+def _ranks(order_key: UInt32[Array, "n"]) -> Int32[Array, "n"]:
+    """Rank of each (distinct) key among all of them; a uniformly random order when the
+    keys are random. Unrolled comparisons: `jnp.argsort` and a `[n, n]` comparison reduced
+    by XLA are several times slower under `vmap` on CPU."""
+    rank = jnp.zeros(order_key.shape, jnp.int32)
+    for other in range(order_key.shape[0]):
+        rank = rank + (order_key[other] < order_key).astype(jnp.int32)
+    return rank
 
 
 # ---------------------------------------------------------------------------------------
@@ -259,10 +275,11 @@ def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"
 # Attempts per round of the unbatched search; rounds after the first valid attempt are skipped.
 _ROUND = 20
 # Batched search: attempt slots per game per round, and the share of the pool a game
-# searching with a given K asks for: ≈ 2.5 / P(attempt valid | K), measured on 32 eligible
-# cells (≈ .85 .74 .63 .48 .31 .19 .09 for K = 5..11). Only speed depends on these.
-_POOL_PER_GAME = 4
-_SLOTS_WANTED = np.array([1, 1, 1, 1, 2, 3, 4, 4, 6, 9, 14, 28], np.int32)   # by K = 0..11
+# searching with a given K asks for first: ≈ 1.2 / P(attempt valid | K), measured on 32
+# eligible cells (≈ .85 .74 .63 .48 .31 .19 .09 for K = 5..11). Only speed depends on
+# these; they were the fastest of the settings tried (64 games, 41 searching).
+_POOL_PER_GAME = 2
+_SLOTS_WANTED = np.array([1, 1, 1, 1, 1, 1, 2, 2, 3, 4, 7, 14], np.int32)   # by K = 0..11
 
 
 def _search_layout_unbatched(seed, eligible, exit_cell, k, active):
@@ -303,7 +320,7 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
 
     def share_out(wanted, capacity):
         """Slots per game, handed out in game order until `capacity` runs out."""
-        end = jnp.minimum(jnp.cumsum(wanted), capacity)
+        end = jnp.minimum(_prefix_sum(wanted), capacity)
         return end - jnp.concatenate([jnp.zeros(1, jnp.int32), end[:-1]])
 
     def run_round(carry):
@@ -311,7 +328,7 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
         left = jnp.where(found, 0, C.LAYOUT_ATTEMPTS - next_attempt)
         share = share_out(jnp.minimum(left, wanted_by_k), pool)
         share = share + share_out(left - share, pool - jnp.sum(share))  # spare slots
-        end = jnp.cumsum(share)
+        end = _prefix_sum(share)
         start = end - share
         method = "compare_all" if games <= 256 else "scan"    # cheapest for small batches
         game = jnp.minimum(
@@ -434,15 +451,12 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
     sheltered = ((between[:, 0] & obstacles[0]) | (between[:, 1] & obstacles[1])) != 0
     in_line = jnp.asarray(_SAME_LINE)[player] & ~sheltered
 
-    # Sort key: class (0 free off the line, 1 free in it, 2 not free) | 24 random bits | cell.
-    # Ranks by unrolled comparisons: XLA would materialise a 36 × 36 reduction.
+    # Order key: class (0 free off the line, 1 free in it, 2 not free) | 24 random bits |
+    # cell (which makes keys distinct; ties of the random bits have probability ~2**-24).
     group = jnp.where(free, in_line.astype(_U32), np.uint32(2))
     noise = _words(seeds[_STREAM_ORDER], cell) >> 8
     order_key = (group << 30) | (noise << 6) | cell.astype(_U32)
-    rank = jnp.zeros(C.NUM_CELLS, jnp.int32)
-    for other in range(C.NUM_CELLS):
-        rank = rank + (order_key[other] < order_key).astype(jnp.int32)
-    cell_by_rank = jnp.zeros(C.NUM_CELLS, jnp.int32).at[rank].set(cell)
+    cell_by_rank = jnp.zeros(C.NUM_CELLS, jnp.int32).at[_ranks(order_key)].set(cell)
 
     free_count = _popcount(bitboard.from_mask(free))
     placed = jnp.minimum(n_task + n_siphon + n_plain,
@@ -468,7 +482,7 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
 def _pick(options: Bool[Array, "n"], word: UInt32[Array, ""]) -> Int32[Array, ""]:
     """Index of a uniform choice among the true entries of `options` (at least one)."""
     rank = _below(word, jnp.sum(options, dtype=jnp.int32).astype(_U32)).astype(jnp.int32)
-    return jnp.argmax(options & (jnp.cumsum(options, dtype=jnp.int32) == rank + 1)).astype(
+    return jnp.argmax(options & (_prefix_sum(options) == rank + 1)).astype(
         jnp.int32)
 
 
@@ -490,8 +504,10 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
                             active)
     block = bitboard.to_mask(layout)
 
-    # Payloads, drawn once for the committed cells. Cells are exchangeable, so handing the
-    # payload sequence out in cell order instead of draw order changes no distribution.
+    # Payloads, drawn once for the committed cells. Kinds, question flags and points are
+    # independent per block and the programs come in a uniformly random order, so the
+    # payload sequence is exchangeable: handing it out in cell order instead of the order
+    # the cells were drawn in changes no distribution.
     is_data = _words(seeds[_STREAM_BLOCK_KIND], cell) < _P_DATA
     question = block & (_words(seeds[_STREAM_BLOCK_KIND], cell + C.NUM_CELLS) < _P_QUESTION)
     points = (C.DATA_POINTS_MIN + _below(
@@ -499,7 +515,7 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
         C.DATA_POINTS_MAX - C.DATA_POINTS_MIN + 1)).astype(jnp.int8)
     program = _draw_programs(seeds[_STREAM_PROGRAM])
     is_program = block & ~is_data
-    program_index = jnp.cumsum(is_program, dtype=jnp.int32) - 1
+    program_index = _prefix_sum(is_program) - 1
     program = jnp.where(is_program, program[jnp.clip(program_index, 0, C.NUM_PROGRAMS - 1)], -1)
     spawn = jnp.where(is_data, points,
                       jnp.asarray(C.PROGRAM_SPAWN_COUNT)[jnp.maximum(program, 0)])
@@ -532,13 +548,10 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
 def _draw_programs(seed: UInt32[Array, "2"]) -> Int32[Array, "23"]:
     """A uniformly random order of the 23 programs: the j-th program block of a stage gets
     entry j, so each is uniform over the programs not drawn before it (§12.4
-    `usedPrograms`). Ranks of random keys (ties broken by id, as in `_place`)."""
+    `usedPrograms`). Ranks of random keys (ties broken by id)."""
     program = jnp.arange(C.NUM_PROGRAMS, dtype=jnp.int32)
     order_key = ((_words(seed, program) >> 5) << 5) | program.astype(_U32)
-    rank = jnp.zeros(C.NUM_PROGRAMS, jnp.int32)
-    for other in range(C.NUM_PROGRAMS):
-        rank = rank + (order_key[other] < order_key).astype(jnp.int32)
-    return jnp.zeros(C.NUM_PROGRAMS, jnp.int32).at[rank].set(program)
+    return jnp.zeros(C.NUM_PROGRAMS, jnp.int32).at[_ranks(order_key)].set(program)
 
 
 def _initialise_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray) -> GameState:
@@ -637,8 +650,9 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
         def update_chunk(c, state):
             # Recomputed per chunk (there is usually one), so that a batch selecting no
             # game pays for the sum above and nothing else.
-            selected = jnp.nonzero(pred, size=chunks * chunk, fill_value=axis_size)[0].astype(
-                jnp.int32)
+            order = jnp.where(pred, _prefix_sum(pred) - 1, chunks * chunk)
+            selected = jnp.full(chunks * chunk, axis_size, jnp.int32).at[order].set(
+                jnp.arange(axis_size, dtype=jnp.int32), mode="drop")
             index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
             real = index < axis_size
             source = jnp.where(real, index, selected[0])

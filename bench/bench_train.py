@@ -38,7 +38,16 @@ class Args(Tap):
 
 
 def bench_one(args: Args, env_name: str) -> dict[str, Any]:
-    from hm.train import HackMatrixEnv, NullEnv, TrainConfig, init, make_mesh, make_train_fn, resolve, validate
+    from hm.train import (
+        HackMatrixEnv,
+        NullEnv,
+        TrainConfig,
+        init,
+        make_mesh,
+        make_train_fn,
+        resolve,
+        validate,
+    )
 
     config = TrainConfig(num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=args.num_envs * args.num_steps * 1000,

@@ -21,3 +21,12 @@ def broadcast_unbatched(axis_size: int, in_batched, args):
 def all_batched(tree):
     """The `out_batched` tree of a batching rule whose outputs are all batched."""
     return jax.tree.map(lambda _: True, tree)
+
+
+def select(pred, a, b):
+    """`a` where `pred` else `b`, leaf by leaf, for two pytrees of one structure.
+
+    Leaves that are the same array are kept as they are: no select over data a rule
+    did not touch (the UNDO history, say), which under `vmap` would be a full copy.
+    """
+    return jax.tree.map(lambda x, y: x if x is y else jnp.where(pred, x, y), a, b)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float32, Int32, Key
 
-from hm.game import actions, entities, generation, programs
+from hm.game import actions, batching, entities, generation, programs
 from hm.game import constants as C
 from hm.game.enemy_phase import enemy_phase
 from hm.game.observation import Observation, observe
@@ -13,11 +13,6 @@ from hm.game.reward import exit_distance, reward_terms
 from hm.game.state import GameState
 
 Info = dict
-
-
-def _select(pred: Bool[Array, ""], a, b):
-    """`a` where `pred` else `b`, leaf by leaf, for any two pytrees of one structure."""
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
 def canonical(state: GameState) -> GameState:
@@ -49,8 +44,9 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     ran, program_outcome = programs.run_program(state, program, key_program)
     is_move = action < C.ACTION_SIPHON
     is_siphon = action == C.ACTION_SIPHON
-    acted = _select(is_move, moved, _select(is_siphon, siphoned, ran))
-    outcome = _select(is_move, moved_outcome, _select(is_siphon, siphon_outcome, program_outcome))
+    acted = batching.select(is_move, moved, batching.select(is_siphon, siphoned, ran))
+    outcome = batching.select(is_move, moved_outcome,
+                              batching.select(is_siphon, siphon_outcome, program_outcome))
 
     # Removals leave holes; what follows appends (stage generation, hatching, placement)
     # and every append goes after the last live entry, so compact now, once. Nothing
@@ -67,7 +63,7 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     died = acted.player.hp == 0
     done = died | acted.won
 
-    new_state = _select(is_legal, acted, state)
+    new_state = batching.select(is_legal, acted, state)
     info = {
         "reward_terms": {k: jnp.where(is_legal, v, 0.0) for k, v in terms.items()},
         "stage_completed": is_legal & reached_exit,

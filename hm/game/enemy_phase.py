@@ -272,7 +272,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) ->
     task = ~phase.calm & (phase.turn >= phase.next_task)
     phase = eqx.tree_at(lambda s: s.next_task, phase,
                         jnp.where(task, phase.turn + phase.interval, phase.next_task))
-    phase = generation.place_transmissions(
+    phase = generation.maybe_place_transmissions(
         phase, key_place, task.astype(jnp.int32), phase.pending, jnp.asarray(0, jnp.int32))
     e = phase.enemies
     phase = eqx.tree_at(
@@ -282,7 +282,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) ->
 
     # Select everything but the history, then push the snapshot in place.
     keep = lambda s: eqx.tree_at(lambda x: x.history, s, None)  # noqa: E731
-    merged = jax.tree.map(lambda a, b: jnp.where(executed, a, b), keep(phase), keep(state))
+    merged = batching.select(executed, keep(phase), keep(state))
     merged = eqx.tree_at(lambda s: (s.step_active, s.history), merged,
                          (state.step_active & ~swallowed, state.history),
                          is_leaf=lambda x: x is None)

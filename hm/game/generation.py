@@ -43,13 +43,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
-from jaxtyping import Array, Bool, Int8, Int32, PRNGKeyArray, UInt32
+from jaxtyping import Array, Bool, Int32, PRNGKeyArray, UInt32
 
-from hm.game import bitboard
+from hm.game import batching, bitboard, entities
 from hm.game import constants as C
-from hm.game import entities
-from hm.game.state import (GameState, Transmissions, bare_state, empty_history,
-                           snapshot_of)
+from hm.game.state import (
+    GameState,
+    Transmissions,
+    bare_state,
+    empty_history,
+    snapshot_of,
+)
 
 _HALF = C.NUM_CELLS // 2
 _MAX_BLOCKS = C.BLOCK_COUNT_MAX
@@ -166,13 +170,13 @@ def _popcount(x: UInt32[Array, "*s"]) -> UInt32[Array, "*s"]:
     return jax.lax.population_count(x)
 
 
-def _prefix_sum(x: Int32[Array, "n"] | Bool[Array, "n"]) -> Int32[Array, "n"]:
+def _prefix_sum(x: Int32[Array, " n"] | Bool[Array, " n"]) -> Int32[Array, " n"]:
     """Inclusive prefix sum. `jnp.cumsum` lowers to a reduce-window that XLA (CPU) runs in
     quadratic time: 0.25 ms for 2048 entries, against a few µs for this log-depth scan."""
     return jax.lax.associative_scan(jnp.add, x.astype(jnp.int32))
 
 
-def _ranks(order_key: UInt32[Array, "n"]) -> Int32[Array, "n"]:
+def _ranks(order_key: UInt32[Array, " n"]) -> Int32[Array, " n"]:
     """Rank of each (distinct) key among all of them; a uniformly random order when the
     keys are random. Unrolled comparisons: `jnp.argsort` and a `[n, n]` comparison reduced
     by XLA are several times slower under `vmap` on CPU."""
@@ -479,7 +483,7 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
 # §12.2–12.4 stages.
 
 
-def _pick(options: Bool[Array, "n"], word: UInt32[Array, ""]) -> Int32[Array, ""]:
+def _pick(options: Bool[Array, " n"], word: UInt32[Array, ""]) -> Int32[Array, ""]:
     """Index of a uniform choice among the true entries of `options` (at least one)."""
     rank = _below(word, jnp.sum(options, dtype=jnp.int32).astype(_U32)).astype(jnp.int32)
     return jnp.argmax(options & (_prefix_sum(options) == rank + 1)).astype(
@@ -591,13 +595,7 @@ def _complete_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArray
         eqx.tree_at(lambda s: (s.stage, s.interval), state, (stage, C.INTERVAL_BASE - stage)),
         active & advance, key)
     victory = eqx.tree_at(lambda s: s.won, state, jnp.asarray(True))
-    return _select(advance, next_stage, victory)
-
-
-def _select(pred: Bool[Array, ""], a, b):
-    """`a` where `pred` else `b`, leaf by leaf; leaves that are the same array are kept as
-    they are (no select, and no gather or scatter when the caller batches selectively)."""
-    return jax.tree.map(lambda x, y: x if x is y else jnp.where(pred, x, y), a, b)
+    return batching.select(advance, next_stage, victory)
 
 
 def complete_stage(state: GameState, key: PRNGKeyArray) -> GameState:
@@ -656,7 +654,7 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
             index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
             real = index < axis_size
             source = jnp.where(real, index, selected[0])
-            take = lambda x: x[source]                               # noqa: E731
+            take = lambda x: x[source]
             taken = jax.tree.map(take, state)
             updated = jax.vmap(rule)(taken, real, *jax.tree.map(take, args))
             # Leaves the rule passed through untouched are neither gathered nor scattered.

@@ -12,8 +12,8 @@ width `p[a]`, empty for an illegal action; the result is clamped to the last leg
 action so rounding at the top end cannot select a trailing illegal one.
 """
 
-import jax.numpy as jnp
 import jax.nn
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int32
 
 ILLEGAL_LOGIT = -1e30

@@ -266,14 +266,35 @@ def vector_fresh(env: AbstractEnv, keys: Key[Array, " n"]) -> FreshGames:
     return FreshGames(state=state, obs=obs)
 
 
+_RESET_SHAPES: dict[Any, PyTree] = {}
+
+
+def reset_shapes(env: AbstractEnv) -> PyTree:
+    """Shapes and dtypes of one game's state (`jax.ShapeDtypeStruct` leaves).
+
+    Tracing a game's `reset` takes about a second, so the answer is remembered per
+    env class, static fields and array shapes (all a state's shape can depend on).
+    """
+    arrays, static = eqx.partition(env, eqx.is_array)
+    key = (jax.tree.structure(static), tuple(jax.tree.leaves(static)),
+           tuple((a.shape, a.dtype) for a in jax.tree.leaves(arrays)))
+    try:
+        hash(key)
+    except TypeError:
+        return jax.eval_shape(env.reset, jax.random.key(0))[0]
+    if key not in _RESET_SHAPES:
+        _RESET_SHAPES[key] = jax.eval_shape(env.reset, jax.random.key(0))[0]
+    return _RESET_SHAPES[key]
+
+
 def vector_unstarted(env: AbstractEnv, n: int) -> VecEnvState:
     """`n` slots holding no game yet (zeros, episode length -1); see `vector_start`."""
-    state, obs = jax.eval_shape(env.reset, jax.random.key(0))
 
     def zeros(shape):
         return jnp.zeros((n,) + shape.shape, shape.dtype)
 
-    return VecEnvState(state=jax.tree.map(zeros, state), obs=zeros(obs),
+    return VecEnvState(state=jax.tree.map(zeros, reset_shapes(env)),
+                       obs=jnp.zeros((n, env.obs_size), jnp.float32),
                        mask=jnp.ones((n, env.num_actions), bool),
                        episode_return=jnp.zeros((n,), jnp.float32),
                        episode_length=jnp.full((n,), -1, jnp.int32))

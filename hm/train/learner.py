@@ -55,8 +55,16 @@ from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt
 
 from hm.train import distributions, ppo
 from hm.train.config import ResolvedConfig
-from hm.train.envs import (AbstractEnv, FreshGames, HackMatrixEnv, VecEnvState, vector_fresh, vector_start,
-                           vector_step, vector_unstarted)
+from hm.train.envs import (
+    AbstractEnv,
+    FreshGames,
+    HackMatrixEnv,
+    VecEnvState,
+    vector_fresh,
+    vector_start,
+    vector_step,
+    vector_unstarted,
+)
 from hm.train.mesh import DATA_AXIS, make_mesh, to_global, to_host
 from hm.train.network import Network, evaluate
 from hm.train.precision import cast_floating, compute_dtype
@@ -390,14 +398,17 @@ class Learner(eqx.Module):
 # --- building, placing and running -------------------------------------------------------
 
 
-def _as_key(key, seed: int) -> PRNGKeyArray:
+def _key_data(key, seed: int) -> np.ndarray:
+    """Raw threefry key data, on the host, from a key, key data, an int seed or None."""
     if key is None:
-        return jax.random.key(seed, impl="threefry2x32")
+        key = seed
     if isinstance(key, int):
-        return jax.random.key(key, impl="threefry2x32")
+        if not 0 <= key < 2**32:
+            raise ValueError(f"seed must be in [0, 2^32); got {key}")
+        return np.array([0, key], np.uint32)  # what jax.random.key(seed) holds
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    return jax.random.wrap_key_data(key, impl="threefry2x32")
+        key = jax.random.key_data(key)
+    return np.asarray(key, np.uint32)
 
 
 def _specs(state: TrainState) -> TrainState:
@@ -446,19 +457,18 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     env = env if env is not None else HackMatrixEnv()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
     learner = Learner(env=env, config=resolved)
-    template = abstract_train_state(resolved, env)
-    shardings = train_state_shardings(template, mesh)
-    keys = jax.random.split(_as_key(key, resolved.seed), 2)
-    params_key, run_key = (to_global(jax.random.key_data(k), shardings.key) for k in keys)
-    params, opt_state = jax.jit(
-        lambda k: _params_and_opt_state(learner, k),
-        out_shardings=(shardings.params, shardings.opt_state))(params_key)
-    envs = jax.jit(lambda: learner.init_envs(), out_shardings=shardings.envs)()
-    return TrainState(
-        params=params, opt_state=opt_state, envs=envs, key=run_key,
-        update=to_global(np.int32(0), shardings.update),
-        env_steps=to_global(np.zeros((2,), np.uint32), shardings.env_steps),
-    )
+    shardings = train_state_shardings(abstract_train_state(resolved, env), mesh)
+
+    def build(key_data):
+        params_key, run_key = jax.random.split(_key(key_data))
+        params, opt_state = _params_and_opt_state(learner, jax.random.key_data(params_key))
+        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(),
+                          key=jax.random.key_data(run_key), update=jnp.int32(0),
+                          env_steps=jnp.zeros((2,), jnp.uint32))
+
+    # one small program: every process computes the same replicated values and zeros
+    key_data = to_global(_key_data(key, resolved.seed), shardings.key)
+    return jax.jit(build, out_shardings=shardings)(key_data)
 
 
 def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,

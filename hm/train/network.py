@@ -26,7 +26,7 @@ class Linear(eqx.Module):
     """`y = x @ weight + bias` with the weight stored input-major."""
 
     weight: Float[Array, "fan_in fan_out"]
-    bias: Float[Array, "fan_out"]
+    bias: Float[Array, " fan_out"]
 
     def __init__(self, fan_in: int, fan_out: int, gain: float, *, key: PRNGKeyArray):
         init = jax.nn.initializers.orthogonal(scale=gain)

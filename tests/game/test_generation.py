@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hm.game import entities, generation
+from hm.game import generation
 from hm.game.state import bare_state
 
 # Numbers from the spec, spelled out rather than read from hm.game.constants.
@@ -118,7 +118,6 @@ PLACEMENTS = 8192
 place_many = jax.jit(jax.vmap(generation.place_transmissions, in_axes=(None, 0, None, None, None)))
 initialise_many = jax.jit(jax.vmap(generation.initialise_stage, in_axes=(None, 0)))
 initialise_one = jax.jit(generation.initialise_stage)
-new_game_one = jax.jit(generation.new_game)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -128,36 +127,38 @@ def new_games():
     return to_numpy(new_games_of(keys(1)))
 
 
-def _advance_input(key):
-    """A game at stage 1..8 (8: the advance is a victory) and hp 1..3, with three enemies and three more transmissions
-    on random free cells (corners included) that must survive the stage advance."""
-    state = generation.new_game(key)
-    k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
-    stage = jax.random.randint(k1, (), 1, 9, jnp.int32)
-    hp = jax.random.randint(k2, (), 1, 4, jnp.int32)
-    e, t = state.enemies, state.transmissions
-    taken = ((jnp.arange(36) == state.player.row * 6 + state.player.col)
-             | entities.occupancy(t))
-    cells = jnp.argsort(jnp.where(taken, 2.0, jax.random.uniform(k3, (36,))))[:6]
-    rows, cols = (cells // 6).astype(jnp.int8), (cells % 6).astype(jnp.int8)
-    e = eqx.tree_at(lambda x: (x.alive, x.kind, x.row, x.col, x.hp), e,
-                    (e.alive.at[:3].set(True), e.kind.at[:3].set(jnp.array([0, 1, 2], jnp.int8)),
-                     e.row.at[:3].set(rows[:3]), e.col.at[:3].set(cols[:3]),
-                     e.hp.at[:3].set(jnp.array([1, 3, 2], jnp.int8))))
-    slots = jnp.sum(t.alive, dtype=jnp.int32) + jnp.arange(3)
-    t = eqx.tree_at(lambda x: (x.alive, x.row, x.col, x.timer), t,
-                    (t.alive.at[slots].set(True), t.row.at[slots].set(rows[3:]),
-                     t.col.at[slots].set(cols[3:]), t.timer.at[slots].set(5)))
-    return eqx.tree_at(lambda s: (s.enemies, s.transmissions, s.stage, s.interval,
-                                  s.player.hp, s.pending, s.turn, s.show, s.atk_uses),
-                       state, (e, t, stage, 13 - stage, hp, jnp.int32(3), jnp.int32(7),
-                               jnp.asarray(True), jnp.int32(2)))
+def _advance_inputs(games):
+    """The new games at stage 1..8 (8: the advance is a victory) and hp 1..3, each with three
+    enemies and three more transmissions on random free cells (corners included) that
+    must survive the stage advance. Built in numpy from `new_games`."""
+    rng = np.random.default_rng(0)
+    games = jax.tree.map(np.copy, games)
+    e, t, p = games.enemies, games.transmissions, games.player
+    for i in range(N):
+        taken = {int(p.row[i]) * 6 + int(p.col[i])}
+        taken |= {int(r) * 6 + int(c) for r, c in zip(t.row[i][t.alive[i]], t.col[i][t.alive[i]])}
+        cells = rng.permutation([c for c in range(36) if c not in taken])[:6]
+        e.alive[i, :3] = True
+        e.kind[i, :3] = (0, 1, 2)
+        e.hp[i, :3] = (1, 3, 2)
+        e.row[i, :3], e.col[i, :3] = cells[:3] // 6, cells[:3] % 6
+        n = int(t.alive[i].sum())
+        t.alive[i, n:n + 3] = True
+        t.row[i, n:n + 3], t.col[i, n:n + 3] = cells[3:] // 6, cells[3:] % 6
+        t.timer[i, n:n + 3] = 5
+    stage = rng.integers(1, 9, N).astype(np.int32)
+    games = eqx.tree_at(
+        lambda s: (s.stage, s.interval, s.player.hp, s.pending, s.turn, s.show, s.atk_uses),
+        games, (stage, 13 - stage, rng.integers(1, 4, N).astype(np.int32),
+                np.full(N, 3, np.int32), np.full(N, 7, np.int32), np.ones(N, bool),
+                np.full(N, 2, np.int32)))
+    return jax.tree.map(jnp.asarray, games)
 
 
 @pytest.fixture(scope="module")
-def advanced():
+def advanced(new_games):
     """(before, after) of `complete_stage` on N games with persisting entities."""
-    before = jax.jit(jax.vmap(_advance_input))(keys(2))
+    before = _advance_inputs(new_games)
     return before, complete_stages(before, keys(3))
 
 
@@ -450,13 +451,13 @@ def test_no_blocks_when_all_attempts_fail():
         assert not batched.any() and not single.any()
 
 
-def test_batched_search_matches_unbatched(new_games):
+def test_batched_search_matches_unbatched():
     """The pooled batching rule commits exactly the layout the per-game search commits."""
-    ks = keys(1)
+    state = bare_state(0, 5)
+    ks = keys(14, 512)
+    batched = initialise_many(state, ks)
     for i in range(24):
-        single = new_game_one(ks[i])
-        for x, y in zip(jax.tree.leaves(single), jax.tree.leaves(game(new_games, i))):
-            np.testing.assert_array_equal(x, y)
+        assert_same(initialise_one(state, ks[i]), game(batched, i))
 
 
 # --------------------------------------------------------------------------- the maybe_ API

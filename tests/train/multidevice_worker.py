@@ -15,12 +15,12 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from hm.train import mesh as mesh_lib  # noqa: E402
-from hm.train.config import ConfigError, TrainConfig, resolve, validate  # noqa: E402
-from hm.train.learner import init, make_train_fn, total_env_steps  # noqa: E402
+from hm.train import mesh as mesh_lib
+from hm.train.config import ConfigError, TrainConfig, resolve, validate
+from hm.train.learner import init, make_train_fn, total_env_steps
 
 
 def config(devices: int) -> TrainConfig:

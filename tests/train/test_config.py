@@ -4,8 +4,15 @@ import dataclasses
 
 import pytest
 
-from hm.train.config import (ConfigError, ResolvedConfig, TrainConfig, from_dict, resolve, to_dict,
-                             validate)
+from hm.train.config import (
+    ConfigError,
+    ResolvedConfig,
+    TrainConfig,
+    from_dict,
+    resolve,
+    to_dict,
+    validate,
+)
 
 
 @pytest.mark.parametrize(
@@ -77,34 +84,34 @@ def test_devices():
 
 
 BAD = [
-    (dict(num_envs=6), 4, "--num-envs", "--num-envs must be a positive multiple of the device count (4); got 6"),
-    (dict(num_envs=0), 1, "--num-envs", "positive multiple"),
-    (dict(num_envs=2.0), 1, "--num-envs", "positive multiple"),
-    (dict(num_steps=0), 1, "--num-steps", "--num-steps must be an integer >= 1; got 0"),
-    (dict(num_steps=True), 1, "--num-steps", "integer >= 1"),
-    (dict(total_timesteps=100), 1, "--total-timesteps", "at least one batch"),
-    (dict(lr=0.0), 1, "--lr", "--lr must be a number in (0, 1]; got 0.0"),
-    (dict(lr=float("nan")), 1, "--lr", "(0, 1]"),
-    (dict(gamma=1.5), 1, "--gamma", "--gamma must be a number in [0, 1]; got 1.5"),
-    (dict(gae_lambda=-0.1), 1, "--gae-lambda", "[0, 1]"),
-    (dict(num_minibatches=0), 1, "--num-minibatches", "integer >= 1"),
-    (dict(num_minibatches=3), 1, "--num-minibatches", "must split the batch"),
-    (dict(num_envs=8, num_steps=1, num_minibatches=4), 4, "--num-minibatches", "over the 4 device(s)"),
-    (dict(num_envs=2, num_steps=1, total_timesteps=2), 1, "--num-minibatches", "chosen automatically: 4"),
-    (dict(update_epochs=0), 1, "--update-epochs", "integer >= 1"),
-    (dict(clip_eps=0.0), 1, "--clip-eps", "--clip-eps must be a number > 0; got 0.0"),
-    (dict(vf_coef=-1.0), 1, "--vf-coef", "--vf-coef must be a number >= 0"),
-    (dict(ent_coef=-0.1), 1, "--ent-coef", ">= 0"),
-    (dict(max_grad_norm=0.0), 1, "--max-grad-norm", "> 0"),
-    (dict(hidden_dim=0), 1, "--hidden-dim", "integer >= 1"),
-    (dict(num_layers=0), 1, "--num-layers", "integer >= 1"),
-    (dict(precision="fp16"), 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
-    (dict(seed=-1), 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),
-    (dict(max_episode_steps=0), 1, "--max-episode-steps", "integer >= 1"),
-    (dict(updates_per_call=0), 1, "--updates-per-call", "integer >= 1"),
-    (dict(updates_per_call=100_000), 1, "--updates-per-call", "below 2^31"),
-    (dict(devices=0), 4, "--devices", "--devices must be an integer in [1, 4]; got 0"),
-    (dict(devices=8), 4, "--devices", "[1, 4]"),
+    ({"num_envs": 6}, 4, "--num-envs", "--num-envs must be a positive multiple of the device count (4); got 6"),
+    ({"num_envs": 0}, 1, "--num-envs", "positive multiple"),
+    ({"num_envs": 2.0}, 1, "--num-envs", "positive multiple"),
+    ({"num_steps": 0}, 1, "--num-steps", "--num-steps must be an integer >= 1; got 0"),
+    ({"num_steps": True}, 1, "--num-steps", "integer >= 1"),
+    ({"total_timesteps": 100}, 1, "--total-timesteps", "at least one batch"),
+    ({"lr": 0.0}, 1, "--lr", "--lr must be a number in (0, 1]; got 0.0"),
+    ({"lr": float("nan")}, 1, "--lr", "(0, 1]"),
+    ({"gamma": 1.5}, 1, "--gamma", "--gamma must be a number in [0, 1]; got 1.5"),
+    ({"gae_lambda": -0.1}, 1, "--gae-lambda", "[0, 1]"),
+    ({"num_minibatches": 0}, 1, "--num-minibatches", "integer >= 1"),
+    ({"num_minibatches": 3}, 1, "--num-minibatches", "must split the batch"),
+    ({"num_envs": 8, "num_steps": 1, "num_minibatches": 4}, 4, "--num-minibatches", "over the 4 device(s)"),
+    ({"num_envs": 2, "num_steps": 1, "total_timesteps": 2}, 1, "--num-minibatches", "chosen automatically: 4"),
+    ({"update_epochs": 0}, 1, "--update-epochs", "integer >= 1"),
+    ({"clip_eps": 0.0}, 1, "--clip-eps", "--clip-eps must be a number > 0; got 0.0"),
+    ({"vf_coef": -1.0}, 1, "--vf-coef", "--vf-coef must be a number >= 0"),
+    ({"ent_coef": -0.1}, 1, "--ent-coef", ">= 0"),
+    ({"max_grad_norm": 0.0}, 1, "--max-grad-norm", "> 0"),
+    ({"hidden_dim": 0}, 1, "--hidden-dim", "integer >= 1"),
+    ({"num_layers": 0}, 1, "--num-layers", "integer >= 1"),
+    ({"precision": "fp16"}, 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
+    ({"seed": -1}, 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),
+    ({"max_episode_steps": 0}, 1, "--max-episode-steps", "integer >= 1"),
+    ({"updates_per_call": 0}, 1, "--updates-per-call", "integer >= 1"),
+    ({"updates_per_call": 100_000}, 1, "--updates-per-call", "below 2^31"),
+    ({"devices": 0}, 4, "--devices", "--devices must be an integer in [1, 4]; got 0"),
+    ({"devices": 8}, 4, "--devices", "[1, 4]"),
 ]
 
 

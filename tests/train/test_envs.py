@@ -34,7 +34,7 @@ def test_null_env_has_the_game_shapes_and_packs_exactly():
     env = NullEnv()
     state, obs = env.reset(jax.random.key(0))
     assert obs.shape == (C.OBS_FLAT_SIZE,) and obs.dtype == jnp.float32
-    state, obs, reward, done, info = env.step(state, jnp.int32(3), jax.random.key(1))
+    state, obs, _, _, info = env.step(state, jnp.int32(3), jax.random.key(1))
     assert env.legal_actions(state).shape == (C.NUM_ACTIONS,)
     assert info.reward_terms.shape == (len(C.REWARD_TERMS),)
     np.testing.assert_array_equal(env.decode_obs(env.encode_obs(obs)), obs)

@@ -13,7 +13,14 @@ from probes import PROBE_STATES, probe_suite
 
 from hm.train import distributions
 from hm.train.config import TrainConfig, resolve
-from hm.train.learner import Learner, Samples, init, make_train_fn, reshard_for, total_env_steps
+from hm.train.learner import (
+    Learner,
+    Samples,
+    init,
+    make_train_fn,
+    reshard_for,
+    total_env_steps,
+)
 from hm.train.mesh import make_mesh
 from hm.train.network import evaluate
 
@@ -22,9 +29,9 @@ UPDATES = 30
 
 
 def probe_config(**overrides):
-    fields = dict(num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2 * UPDATES, hidden_dim=32,
-                  gamma=GAMMA, ent_coef=0.01, lr=5e-3, max_episode_steps=5,
-                  updates_per_call=UPDATES, precision="f32")
+    fields = {"num_envs": 16, "num_steps": 16, "total_timesteps": 16 * 16 * 2 * UPDATES,
+              "hidden_dim": 32, "gamma": GAMMA, "ent_coef": 0.01, "lr": 5e-3,
+              "max_episode_steps": 5, "updates_per_call": UPDATES, "precision": "f32"}
     fields.update(overrides)
     return resolve(TrainConfig(**fields), "cpu", 1)
 

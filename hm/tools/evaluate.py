@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray
-from tap import Tap
+from hm.command import Command
 
 from hm import game
 from hm.game import constants as C
@@ -189,7 +189,7 @@ def format_reports(reports: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class EvaluateArgs(Tap):
+class EvaluateArgs(Command):
     """Evaluate a trained policy over many games (vectorised), and/or a uniform-random
     baseline: return, length, win/death/truncation rates, highest stage, reward terms.
     Exit codes: 0 done, 2 bad input (a path that holds no usable policy, a flag out of range)."""
@@ -201,11 +201,6 @@ class EvaluateArgs(Tap):
     greedy: bool = False  # Play the policy's likeliest action instead of sampling (the baseline always samples).
     baseline: Literal["random"] | None = None  # Also (or only) evaluate a uniform-random-legal player.
     json: Path | None = None  # Write the report to this file as JSON.
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("underscores_to_dashes", True)
-        kwargs.setdefault("allow_abbrev", False)   # as bin/train: flags by their full names
-        super().__init__(*args, **kwargs)
 
     def configure(self) -> None:
         self.add_argument("policy", nargs="?", metavar="RUN_OR_POLICY")

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from tap import Tap
 
-from hm import game
+from hm import command, game
 from hm.game import constants as C
 from hm.game.render import LEGEND
 from hm.game.scenario import PROGRAM_IDS, program_name
@@ -214,7 +214,7 @@ def why_illegal(state: game.GameState, action: int) -> str:
 # --- the session ------------------------------------------------------------------------
 
 
-class PlayArgs(Tap):
+class PlayArgs(command.Command):
     """Play HackMatrix in the terminal: one command per line (type ? for the list).
     Reads standard input, so a script can be piped in. Exit codes: 0 done, 2 bad input."""
 
@@ -222,11 +222,6 @@ class PlayArgs(Tap):
     scenario: Path | None = None  # Start from this scenario JSON file (SCENARIO.md) instead of a new game.
     save: Path | None = None  # On quit or game over, write the final state to this file as scenario JSON.
     allow_illegal: bool = False  # Submit illegal actions (the game then ends, GAME_RULES.md §5) instead of asking again.
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("underscores_to_dashes", True)
-        kwargs.setdefault("allow_abbrev", False)   # as bin/train: flags by their full names
-        super().__init__(*args, **kwargs)
 
     def configure(self) -> None:
         self.add_argument("--scenario", metavar="FILE.json")

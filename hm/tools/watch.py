@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key
-from tap import Tap
+from hm.command import Command
 
 from hm import game
 from hm.tools.evaluate import DEFAULT_MAX_STEPS
@@ -97,7 +97,7 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
     return returns
 
 
-class WatchArgs(Tap):
+class WatchArgs(Command):
     """Watch a trained agent play HackMatrix: the board, the action taken with its
     probability, the value estimate and the reward at every step.
     Exit codes: 0 done, 2 bad input (a path that holds no usable policy, a flag out of range)."""
@@ -108,11 +108,6 @@ class WatchArgs(Tap):
     seed: int = 0  # Random seed in [0, 2^32 - 1] for the games and the agent's sampling.
     greedy: bool = False  # Take the likeliest action instead of sampling.
     max_steps: int = DEFAULT_MAX_STEPS  # Cut a game after this many steps (>= 1).
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("underscores_to_dashes", True)
-        kwargs.setdefault("allow_abbrev", False)   # as bin/train: flags by their full names
-        super().__init__(*args, **kwargs)
 
     def configure(self) -> None:
         self.add_argument("policy", metavar="RUN_OR_POLICY")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from tap import Tap
+from hm.command import Command
 
 from hm.train.checkpoint import CheckpointError
 from hm.train.config import ConfigError, TrainConfig
@@ -21,7 +21,7 @@ _CONFIG = TrainConfig()
 _OPTIONS = RunOptions()
 
 
-class TrainArgs(Tap):
+class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag names
     """Train a PPO agent on HackMatrix. Everything of a run goes to RUNS_DIR/RUN_NAME/:
     config.json, TensorBoard events, checkpoints/, and the final policy.eqx + policy.json.
     Exit codes: 0 done, 1 stopped on NaN/inf (last good checkpoint kept), 2 bad input,
@@ -59,12 +59,6 @@ class TrainArgs(Tap):
     num_processes: int | None = _OPTIONS.num_processes  # Multi-host: number of processes (automatic on TPU pods).
     process_id: int | None = _OPTIONS.process_id  # Multi-host: this process's index in [0, num_processes).
     no_progress: bool = False  # Draw no progress bar (console lines are still printed).
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("underscores_to_dashes", True)
-        # No abbreviated flags: `explicit_fields` must see every flag by its full name.
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)})

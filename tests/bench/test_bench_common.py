@@ -47,10 +47,13 @@ def test_request_devices_is_a_no_op_when_enough_exist(monkeypatch):
 
 
 def test_request_devices_after_jax_started_says_how_to_get_them(monkeypatch):
-    monkeypatch.delenv("XLA_FLAGS", raising=False)
-    jax.devices()  # JAX has initialised its backends
-    with pytest.raises(RuntimeError, match="XLA_FLAGS"):
-        common.request_devices(2)
+    # setenv (not delenv) so that monkeypatch restores XLA_FLAGS afterwards and the flag
+    # set here cannot leak into subprocesses started by later tests.
+    monkeypatch.setenv("XLA_FLAGS", "")
+    jax.devices()  # JAX has initialised its backends: the flag comes too late
+    common.request_devices(len(jax.devices()) + 1)
+    with pytest.raises(ValueError, match="XLA_FLAGS"):
+        common.batch_mesh(len(jax.devices()) + 1, "envs")
 
 
 def test_batch_mesh_refuses_more_devices_than_exist():

@@ -123,8 +123,6 @@ class _Board(eqx.Module):
     transmission_here: Bool[Array, "36"]
     field_b: Int32[Array, "2 36"]
     kind: Int32[Array, "36"]
-    speed: Int32[Array, "36"]
-    ready: Bool[Array, "36"]
     first_step_count: Int32[Array, ""]
     second_step_count: Int32[Array, ""]
 
@@ -143,7 +141,9 @@ def _activation(carry, fixed: _Board, i: Int32[Array, ""]):
     keys = jnp.where(sel[None, :] & (jnp.arange(2) == activation_step)[:, None], 2.0, keys)
     r, c = _pick(sel, row), _pick(sel, col)
     glitch = _pick(sel, fixed.kind) == C.GLITCH
-    active = _pick(sel, fixed.ready & ~attacked & (activation_step < fixed.speed))
+    # The keys list only ready enemies fast enough for the step, so the chosen one can
+    # act unless it already attacked in the first step.
+    active = _pick(sel, ~attacked)
     adjacent = jnp.abs(r - pr) + jnp.abs(c - pc) == 1
     strikes = active & adjacent
     hp = jnp.where(strikes, jnp.maximum(hp - 1, 0), hp)
@@ -230,8 +230,7 @@ def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
         transmission_here=entities.occupancy(state.transmissions),
         field_b=jnp.stack([_distance_field(is_q, ~is_block),
                            _distance_field(is_q, jnp.ones(C.NUM_CELLS, bool))]),
-        kind=kind, speed=jnp.asarray(_SPEED)[kind],
-        ready=e.alive & (e.disabled == 0) & ~e.stunned,
+        kind=kind,
         first_step_count=first_step_count, second_step_count=second_step_count)
     crowd = jnp.sum((entities.cells(e)[:, None] == cell_ids[None, :]) & e.alive[:, None],
                     axis=0, dtype=jnp.int32)

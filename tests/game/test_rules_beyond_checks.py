@@ -26,18 +26,20 @@ def cells(entries):
     return [(e["row"], e["col"]) for e in entries]
 
 
-def test_push_collision_first_in_list_order_wins(g):
+@pytest.mark.parametrize("order, expected", [
+    ("virus first", [(5, 5), (5, 4)]),
+    ("daemon first", [(5, 5), (4, 4)]),
+])
+def test_push_collision_first_in_list_order_wins(g, order, expected):
     # From the player at (3, 3), (4, 4) is pushed diagonally and (5, 4) sideways, both to
     # (5, 5): the first in list order moves there, the other stays where it was.
     PUSH = g.ACTION["PUSH"]
-    d0 = g.scenario(3, 3, energy=2, ownedPrograms=[PUSH],
-                    enemies=[g.virus(4, 4), g.daemon(5, 4)])
+    enemies = [g.virus(4, 4), g.daemon(5, 4)]
+    if order == "daemon first":
+        enemies.reverse()
+    d0 = g.scenario(3, 3, energy=2, ownedPrograms=[PUSH], enemies=enemies)
     d = game.to_dict(g.step(game.from_dict(d0), PUSH)[0])
-    assert cells(d["enemies"]) == [(5, 5), (5, 4)]
-    d0 = g.scenario(3, 3, energy=2, ownedPrograms=[PUSH],
-                    enemies=[g.daemon(5, 4), g.virus(4, 4)])
-    d = game.to_dict(g.step(game.from_dict(d0), PUSH)[0])
-    assert cells(d["enemies"]) == [(5, 5), (4, 4)]
+    assert cells(d["enemies"]) == expected
 
 
 def test_pull_collision_first_in_list_order_wins(g):

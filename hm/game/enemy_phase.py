@@ -8,65 +8,21 @@ at that moment: a 35-level bitboard dilation. Rule B ignores occupancy, so its d
 fields (one for glitches, one for the rest) are computed once per phase.
 """
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float32, Int32, Key, UInt32
+from jaxtyping import Array, Bool, Int32, Key, UInt32
 
-from jax.custom_batching import custom_vmap
-
-from hm.game import batching, bitboard, entities, generation, geometry
+from hm.game import batching, bitboard, entities, generation
 from hm.game import constants as C
 from hm.game.state import Enemies, GameState, Snapshot, snapshot_of
 
 _UNREACHED = 1_000
-_NEIGHBOURS = geometry.NEIGHBOURS
-_MANHATTAN = geometry.MANHATTAN
 _SPEED = C.ENEMY_SPEED.astype(np.int32)
 _MAX_HP = C.ENEMY_MAX_HP
-
-
-def _distance_field(source: Bool[Array, "36"], passable: Bool[Array, "36"]) -> Int32[Array, "36"]:
-    """Breadth-first distance from `source` over `passable` cells (unreached: large)."""
-    passable_bb = bitboard.from_mask(passable)
-    start = bitboard.from_mask(source & passable)
-
-    def level(i, carry):
-        v_lo, v_hi, f_lo, f_hi, distance = carry
-        f_lo, f_hi = bitboard.dilate_words(f_lo, f_hi)
-        f_lo, f_hi = f_lo & passable_bb[0] & ~v_lo, f_hi & passable_bb[1] & ~v_hi
-        reached = bitboard.to_mask(jnp.stack([f_lo, f_hi]))
-        distance = jnp.where(reached, i + 1, distance)
-        return v_lo | f_lo, v_hi | f_hi, f_lo, f_hi, distance
-
-    distance = jnp.where(source & passable, 0, _UNREACHED).astype(jnp.int32)
-    carry = (start[0], start[1], start[0], start[1], distance)
-    return jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, carry)[-1]
-
-
-def _first_step(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
-                neighbours: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
-    """Rule A's search: the neighbours of the mover first reached from the player.
-
-    Returns the set of `neighbours` cells at the smallest finite distance (empty if none).
-    """
-    p_lo, p_hi = passable[0], passable[1]
-    n_lo, n_hi = neighbours[0], neighbours[1]
-
-    def level(_, carry):
-        v_lo, v_hi, f_lo, f_hi, h_lo, h_hi = carry
-        f_lo, f_hi = bitboard.dilate_words(f_lo, f_hi)
-        f_lo, f_hi = f_lo & p_lo & ~v_lo, f_hi & p_hi & ~v_hi
-        searching = (h_lo | h_hi) == 0
-        h_lo = jnp.where(searching, f_lo & n_lo, h_lo)
-        h_hi = jnp.where(searching, f_hi & n_hi, h_hi)
-        return v_lo | f_lo, v_hi | f_hi, f_lo, f_hi, h_lo, h_hi
-
-    zero = jnp.zeros((), jnp.uint32)
-    carry = (source[0], source[1], source[0], source[1], zero, zero)
-    carry = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE, level, carry, unroll=5)
-    return jnp.stack(carry[4:])
 
 
 def _hatch(state: GameState) -> GameState:
@@ -84,161 +40,361 @@ def _hatch(state: GameState) -> GameState:
     return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state, (enemies, transmissions))
 
 
-def _pick(onehot: Bool[Array, "N"], values: Array) -> Array:
-    """`values[i]` for the one set position `i` of `onehot`, without a gather.
+# ---------------------------------------------------------------------------------------
+# Step 3, activations. The loop is written once for a batch of games held in *lanes*:
+# per-game values are `[B]` vectors and per-slot values `[36, B]` (the batch innermost,
+# so picking the next enemy is a minimum across rows, which vectorises). Unbatched, it
+# runs with one lane. Every cell set is a bitboard held as two `[B]` uint32 words, so an
+# activation is a few dozen operations on `[B]` vectors plus one gather and one scatter:
+# no per-game work over 36 cells.
 
-    Per-game gathers and scatters with data-dependent indices are slow inside a
-    vmapped loop on CPU (and on TPU); a masked reduction over 36 lanes vectorises.
+_HALF = 18
+_ALL = np.uint32((1 << _HALF) - 1)
+_NO_KEY = np.uint32(0xFFFFFFFF)
+_GLITCH_KEY = np.uint32(64)
+# Enemies per cell are counted in bit planes (plane j = bit j of the count), so that an
+# enemy leaving a cell it shares with another (PUSH/PULL can stack them) leaves it
+# occupied. 6 planes count up to 63, past the 36-enemy capacity.
+_PLANES = 6
+# Cell offsets of the canonical directions up, down, left, right (§10.1).
+_STEP = tuple(int(dr * C.COLS + dc) for dr, dc in C.DIRECTION_DELTAS)
+_ACTIVATION_GROUP = 8     # activations skipped as a whole once no game of the batch has any
+_LEVEL_GROUP = 4          # breadth-first levels run between checks that a search goes on
+
+Words = tuple[UInt32[Array, " B"], UInt32[Array, " B"]]
+
+
+def _bit(cell: Int32[Array, "*s"], on: Bool[Array, "*s"]) -> Words:
+    """The bitboard of `cell` where `on`, else empty."""
+    low = cell < _HALF
+    shift = jnp.where(low, cell, cell - _HALF).clip(0, _HALF - 1).astype(jnp.uint32)
+    one = jnp.uint32(1) << shift
+    zero = jnp.uint32(0)
+    return jnp.where(on & low, one, zero), jnp.where(on & ~low, one, zero)
+
+
+def _meets(a: Words, b: Words) -> Bool[Array, " B"]:
+    return ((a[0] & b[0]) | (a[1] & b[1])) != 0
+
+
+def _or(a: Words, b: Words) -> Words:
+    return a[0] | b[0], a[1] | b[1]
+
+
+def _and(a: Words, b: Words) -> Words:
+    return a[0] & b[0], a[1] & b[1]
+
+
+def _not(a: Words) -> Words:
+    return ~a[0] & _ALL, ~a[1] & _ALL
+
+
+def _pack(mask: Bool[Array, "36 B"]) -> Words:
+    """A per-cell mask (cells along the first axis) as a bitboard."""
+    shifts = jnp.arange(_HALF, dtype=jnp.uint32)[:, None]
+    bits = mask.astype(jnp.uint32)
+    return (jnp.bitwise_or.reduce(bits[:_HALF] << shifts, axis=0),
+            jnp.bitwise_or.reduce(bits[_HALF:] << shifts, axis=0))
+
+
+def _neighbours(b: Words) -> tuple[Words, Words, Words, Words]:
+    """The cells one step up, down, left and right of `b`'s cells (§10.1's order)."""
+    lo, hi = b
+    up = ((lo << C.COLS) & _ALL, ((hi << C.COLS) | (lo >> (_HALF - C.COLS))) & _ALL)
+    down = ((lo >> C.COLS) | ((hi & np.uint32(0x3F)) << (_HALF - C.COLS)), hi >> C.COLS)
+    col0, col5 = np.uint32(0x1041), np.uint32(0x20820)
+    left = ((lo & ~col0) >> 1, (hi & ~col0) >> 1)
+    right = (((lo & ~col5) << 1) & _ALL, ((hi & ~col5) << 1) & _ALL)
+    return up, down, left, right
+
+
+def _dilate(b: Words) -> Words:
+    out = b
+    for n in _neighbours(b):
+        out = _or(out, n)
+    return out
+
+
+def _count_add(planes: list[Words], b: Words, sign: int) -> list[Words]:
+    """Add (`sign` 1) or remove (−1) one enemy on each cell of `b` in the count planes."""
+    out = []
+    carry = b
+    for plane in planes:
+        out.append((plane[0] ^ carry[0], plane[1] ^ carry[1]))
+        keep = plane if sign > 0 else _not(plane)
+        carry = _and(carry, keep)
+    return out
+
+
+def _skipping_loop(count: int, group: int, needed: Callable, body: Callable, carry):
+    """`body(i, carry)` for i in 0..count−1, skipping groups and members not `needed(i, carry)`.
+
+    Batch-level skipping: `needed` asks the whole batch (its lanes), and a `lax.cond` on
+    an unbatched predicate really skips. Fixed trip counts, no `while`.
     """
-    return jnp.sum(jnp.where(onehot, values, jnp.zeros((), values.dtype)), dtype=values.dtype)
+    def member(i, carry):
+        return jax.lax.cond(needed(i, carry), lambda c: body(i, c), lambda c: c, carry)
+
+    def run_group(g, carry):
+        first = g * group
+        return jax.lax.cond(
+            needed(first, carry),
+            lambda c: jax.lax.fori_loop(0, group, lambda k, c: member(first + k, c), c),
+            lambda c: c, carry)
+
+    return jax.lax.fori_loop(0, -(-count // group), run_group, carry)
 
 
-def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[Float32[Array, "2 36"], Int32[Array, ""], Int32[Array, ""]]:
-    """Step 3's activation order, as random keys, and how many activations there are.
+def _search(source: Words, passable: Words, stop: Callable, levels: Callable, carry):
+    """Breadth-first search from `source` over `passable` cells, level by level.
+
+    `levels(level, frontier, carry)` sees each new frontier; the search of a lane ends when
+    its frontier is empty or `stop(carry)` holds, and the loop ends when every lane's has.
+    """
+    def level(i, state):
+        visited, frontier, carry = state
+        frontier = _and(_and(_dilate(frontier), passable), _not(visited))
+        return _or(visited, frontier), frontier, levels(i + 1, frontier, carry)
+
+    def levels_group(g, state):
+        for k in range(_LEVEL_GROUP):
+            state = level(g * _LEVEL_GROUP + k, state)
+        return state
+
+    def going(state):
+        _, frontier, carry = state
+        return jnp.any(((frontier[0] | frontier[1]) != 0) & ~stop(carry))
+
+    def maybe_group(g, state):
+        return jax.lax.cond(going(state), lambda s: levels_group(g, s), lambda s: s, state)
+
+    state = (source, source, carry)
+    groups = -(-bitboard.MAX_DISTANCE // _LEVEL_GROUP)
+    return jax.lax.fori_loop(0, groups, maybe_group, state)
+
+
+def _distance_planes(source: Words, passable: Words) -> tuple[Words, list[Words]]:
+    """Rule B's field: the cells reached from `source` and their distances as bit planes."""
+    def levels(level, frontier, planes):
+        return [_or(plane, jax.tree.map(
+                    lambda w, j=j: jnp.where(((level >> j) & 1) == 1, w, jnp.uint32(0)), frontier))
+                for j, plane in enumerate(planes)]
+
+    zero = jnp.zeros_like(source[0])
+    never = lambda planes: jnp.zeros(zero.shape, bool)
+    reached, _, planes = _search(source, passable, never, levels,
+                                 [(zero, zero)] * _PLANES)
+    return reached, planes
+
+
+def _distance_at(reached: Words, planes: list[Words], at: Words) -> Int32[Array, " B"]:
+    """The distance at the one cell of `at` (a large number if unreached or none)."""
+    d = jnp.zeros(at[0].shape, jnp.int32)
+    for j, plane in enumerate(planes):
+        d = d | (_meets(plane, at).astype(jnp.int32) << j)
+    return jnp.where(_meets(reached, at), d, _UNREACHED)
+
+
+class _Lanes(eqx.Module):
+    """A phase's activations for B games: what the loop reads (fixed) and carries."""
+
+    player_row: Int32[Array, " B"]
+    player_col: Int32[Array, " B"]
+    player: tuple                     # Words: the player's cell
+    blocks: tuple                     # Words
+    transmissions: tuple              # Words
+    field_b: tuple                    # per "may enter blocks": (reached, planes)
+    keys: UInt32[Array, "2 36 B"]     # activation order per step (see `_activation_keys`)
+    count: Int32[Array, "2 B"]        # activations of each game per step
+
+
+def _activation(i, carry, lanes: _Lanes, count: Int32[Array, " B"]):
+    """Activation `i` of an activation step in every lane (§10 step 3): attack if adjacent,
+    else move (§10.1).
+
+    Integer division is not vectorised on CPU, so rows and columns are carried apart.
+    """
+    position, keys, planes, hp, attacked = carry
+    lane = jnp.arange(hp.shape[0])
+    # The next enemy: the smallest key not yet taken (taken keys are set to _NO_KEY).
+    key = jnp.min(keys, axis=0)
+    active = i < count
+    slot = (key & np.uint32(63)).astype(jnp.int32).clip(0, C.MAX_ENEMIES - 1)
+    keys = keys.at[slot, lane].set(_NO_KEY)
+    me = _bit(slot, active)
+    # A virus that attacked in the first activation step does nothing in its second.
+    active = active & ~_meets(attacked, me)
+    at = position[slot, lane]
+    r, c = at >> 3, at & 7
+    p = r * C.COLS + c
+    glitch = (key & _GLITCH_KEY) != 0
+    pr, pc = lanes.player_row, lanes.player_col
+    adjacent = jnp.abs(r - pr) + jnp.abs(c - pc) == 1
+    strikes = active & adjacent
+    hp = jnp.where(strikes, jnp.maximum(hp - 1, 0), hp)
+    attacked = _or(attacked, jax.tree.map(lambda w: jnp.where(strikes, w, 0), me))
+
+    moving = active & ~adjacent
+    here = _bit(p, moving)
+    occupied = planes[0]
+    for plane in planes[1:]:
+        occupied = _or(occupied, plane)
+    occupied = _or(occupied, lanes.transmissions)
+    no_blocks = _not(lanes.blocks)
+    allowed = jax.tree.map(lambda w: jnp.where(glitch, _ALL, w), no_blocks)
+    enterable = _and(allowed, _or(_not(occupied), lanes.player))
+    steps = _neighbours(here)
+    around = _or(_or(steps[0], steps[1]), _or(steps[2], steps[3]))
+
+    # Rule A: the neighbours first reached by a breadth-first search from the player.
+    def first_hit(_, frontier, hit):
+        searching = (hit[0] | hit[1]) == 0
+        return jax.tree.map(lambda h, f, n: jnp.where(searching, f & n, h), hit, frontier, around)
+
+    found = lambda hit: (hit[0] | hit[1]) != 0
+    zero = jnp.zeros_like(hp, jnp.uint32)
+    source = _and(lanes.player, enterable)
+    source = jax.tree.map(lambda w: jnp.where(moving, w, 0), source)
+    _, _, hit = _search(source, enterable, found, first_hit, (zero, zero))
+
+    # Rule B: the same choice ignoring occupancy (a field fixed for the phase), taken only
+    # if that cell is free. Rule C: greedy by Manhattan distance, strictly smallest.
+    reached, b_planes = jax.tree.map(lambda g, n: jnp.where(glitch, g, n),
+                                     lanes.field_b[1], lanes.field_b[0])
+    a_choice = jnp.full_like(hp, -1)
+    b_choice, b_best = jnp.full_like(hp, -1), jnp.full_like(hp, _UNREACHED)
+    c_choice, c_best = jnp.full_like(hp, -1), jnp.full_like(hp, _UNREACHED)
+    b_free = jnp.zeros_like(moving)
+    for d, n in enumerate(steps):
+        a_choice = jnp.where((a_choice < 0) & _meets(hit, n), d, a_choice)
+        distance = _distance_at(reached, b_planes, n)
+        closer = distance < b_best
+        b_choice = jnp.where(closer, d, b_choice)
+        b_best = jnp.where(closer, distance, b_best)
+        b_free = jnp.where(closer, ~_meets(occupied, n), b_free)
+        open_ = _meets(_and(allowed, _not(occupied)), n)
+        dr, dc = (int(x) for x in C.DIRECTION_DELTAS[d])
+        greedy = jnp.where(open_, jnp.abs(r + dr - pr) + jnp.abs(c + dc - pc), _UNREACHED)
+        closer = greedy < c_best
+        c_choice = jnp.where(closer, d, c_choice)
+        c_best = jnp.where(closer, greedy, c_best)
+    choice = jnp.where(a_choice >= 0, a_choice,
+                       jnp.where((b_choice >= 0) & b_free, b_choice, c_choice))
+    moves = moving & (choice >= 0)
+    delta = jnp.asarray(C.DIRECTION_DELTAS)[choice.clip(0, 3)]
+    tr, tc = r + delta[:, 0], c + delta[:, 1]
+    planes = _count_add(planes, jax.tree.map(lambda w: jnp.where(moves, w, 0), here), -1)
+    planes = _count_add(planes, _bit(tr * C.COLS + tc, moves), 1)
+    position = position.at[slot, lane].set(jnp.where(moves, (tr << 3) | tc, at))
+    return position, keys, planes, hp, attacked
+
+
+def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool[Array, "36 B"],
+               hp: Int32[Array, " B"], lanes: _Lanes):
+    """Every activation of the phase for B games: the enemies' rows, columns, player hp."""
+    zero = jnp.zeros_like(hp, jnp.uint32)
+    lane = jnp.arange(hp.shape[0])[None, :]
+    crowd = (jnp.zeros(row.shape, jnp.int32)
+             .at[row * C.COLS + col, lane].add(alive.astype(jnp.int32)))
+    planes = [_pack(((crowd >> j) & 1) == 1) for j in range(_PLANES)]
+
+    def activation_step(step, carry):
+        count = lanes.count[step]
+        carry = (carry[0], lanes.keys[step]) + carry[2:]
+        return _skipping_loop(
+            C.MAX_ENEMIES, _ACTIVATION_GROUP, lambda i, _: jnp.any(i < count),
+            lambda i, c: _activation(i, c, lanes, count), carry)
+
+    carry = ((row << 3) | col, lanes.keys[0], planes, hp, (zero, zero))
+    position, _, _, hp, _ = jax.lax.fori_loop(0, 2, activation_step, carry)
+    return position >> 3, position & 7, hp
+
+
+def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Array, "2 36"], Int32[Array, "2"]]:
+    """Step 3's activation order as sortable keys per activation step, and how many
+    activations each step has.
 
     Each activation step visits the enemies in a fresh uniform order; an enemy that is
-    disabled or stunned, or whose speed is below the step, is skipped — so only those
-    that can act need an activation: the ready enemies, visited in increasing order of
-    a uniform key, then the ready viruses (speed 2) in increasing order of a second key.
-    The restriction of a uniform permutation to a subset is a uniform permutation of
-    that subset, so this is the same distribution. (Whether a virus already attacked is
-    only known while the first step runs; such a virus is visited and does nothing.)
-    The next enemy is found by a minimum over the keys when its turn comes, not by
-    sorting up front: a sort is slow under `vmap`, and most slots are never reached.
+    disabled or stunned, or whose speed is below the step, is skipped, so only those
+    that can act need an activation: the ready enemies in a uniform random order, then
+    the ready viruses (speed 2) in another. The restriction of a uniform permutation to a
+    subset is a uniform permutation of that subset, so this is the same distribution.
+    (Whether a virus already attacked is known only while the first step runs; such a
+    virus is visited and does nothing.)
+
+    Key = 25 random bits | glitch (1 bit) | slot (6 bits): taking a step's keys in
+    increasing order visits its enemies in a uniform random order (up to ties of 25 random
+    bits); an enemy that may not act has no key. The key carries what the activation
+    needs to know of the enemy besides its position. The next enemy is found by a minimum when its turn comes, not by a sort up
+    front: sorts are slow under `vmap`, and most keys are never reached.
     """
     e = state.enemies
     ready = e.alive & (e.disabled == 0) & ~e.stunned
     second = ready & (jnp.asarray(_SPEED)[e.kind.astype(jnp.int32)] > 1)
-    u = jax.random.uniform(key, (2, C.MAX_ENEMIES))
-    keys = jnp.stack([jnp.where(ready, u[0], 2.0), jnp.where(second, u[1], 2.0)])
-    return keys, jnp.sum(ready, dtype=jnp.int32), jnp.sum(second, dtype=jnp.int32)
+    random = jax.random.bits(key, (2, C.MAX_ENEMIES), jnp.uint32) & np.uint32(0xFFFFFF80)
+    slot = jnp.arange(C.MAX_ENEMIES, dtype=jnp.uint32)
+    glitch = jnp.where(e.kind == C.GLITCH, _GLITCH_KEY, np.uint32(0))
+    can = jnp.stack([ready, second])
+    return (jnp.where(can, random | glitch[None, :] | slot[None, :], _NO_KEY),
+            jnp.sum(can, axis=1, dtype=jnp.int32))
 
 
-class _Board(eqx.Module):
-    """What every activation of one phase reads and nothing in it changes."""
+class _PhaseInput(eqx.Module):
+    """What the activations of one game's phase start from (per game, no lane axis)."""
 
+    row: Int32[Array, "36"]
+    col: Int32[Array, "36"]
+    alive: Bool[Array, "36"]
+    hp: Int32[Array, ""]
     player_row: Int32[Array, ""]
     player_col: Int32[Array, ""]
     is_block: Bool[Array, "36"]
     transmission_here: Bool[Array, "36"]
-    field_b: Int32[Array, "2 36"]
-    kind: Int32[Array, "36"]
-    first_step_count: Int32[Array, ""]
-    second_step_count: Int32[Array, ""]
+    keys: UInt32[Array, "2 36"]
+    count: Int32[Array, "2"]
 
 
-def _activation(carry, fixed: _Board, i: Int32[Array, ""]):
-    """Activation `i` of the phase (§10 step 3): attack if adjacent, else move (§10.1)."""
-    row, col, crowd, hp, attacked, keys = carry
-    pr, pc = fixed.player_row, fixed.player_col
-    cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
-    is_q = cell_ids == pr * C.COLS + pc
-    activation_step = (i >= fixed.first_step_count).astype(jnp.int32)
-    due = i < fixed.first_step_count + fixed.second_step_count
-    step_keys = jnp.where(activation_step == 0, keys[0], keys[1])
-    slot = jnp.argmin(step_keys)
-    sel = (jnp.arange(C.MAX_ENEMIES) == slot) & due
-    keys = jnp.where(sel[None, :] & (jnp.arange(2) == activation_step)[:, None], 2.0, keys)
-    r, c = _pick(sel, row), _pick(sel, col)
-    glitch = _pick(sel, fixed.kind) == C.GLITCH
-    # The keys list only ready enemies fast enough for the step, so the chosen one can
-    # act unless it already attacked in the first step.
-    active = _pick(sel, ~attacked)
-    adjacent = jnp.abs(r - pr) + jnp.abs(c - pc) == 1
-    strikes = active & adjacent
-    hp = jnp.where(strikes, jnp.maximum(hp - 1, 0), hp)
-    attacked = attacked | (sel & strikes)
-
-    occupied = (crowd > 0) | fixed.transmission_here
-    allowed = ~fixed.is_block | glitch
-    enterable = allowed & (~occupied | is_q)
-    deltas = jnp.asarray(C.DIRECTION_DELTAS)
-    nr = r + deltas[:, 0]
-    nc = c + deltas[:, 1]
-    on_board = (nr >= 0) & (nr < C.ROWS) & (nc >= 0) & (nc < C.COLS)
-    n = jnp.where(on_board, nr * C.COLS + nc, -1)
-    at_n = cell_ids[None, :] == n[:, None]                      # [4, 36] one-hot
-    n_allowed = jnp.any(at_n & allowed[None, :], axis=1)
-    n_occupied = jnp.any(at_n & occupied[None, :], axis=1)
-    # Rule A: first step of a breadth-first search from the player.
-    passable = bitboard.from_mask(enterable)
-    found = _first_step(bitboard.from_mask(is_q) & passable, passable,
-                        bitboard.from_mask(jnp.any(at_n, axis=0)))
-    rule_a = jnp.any(at_n & bitboard.to_mask(found)[None, :], axis=1)
-    # Rule B: the same choice ignoring occupancy, taken only if that cell is free.
-    field = jnp.where(glitch, fixed.field_b[1], fixed.field_b[0])
-    distance_b = jnp.where(n_allowed, jnp.max(jnp.where(at_n, field[None, :], 0), axis=1),
-                           _UNREACHED)
-    best_b = jnp.argmin(distance_b)
-    rule_b = ((jnp.min(distance_b) < _UNREACHED)
-              & ~jnp.any((jnp.arange(4) == best_b) & n_occupied))
-    # Rule C: greedy by Manhattan distance, strictly smallest, first in order.
-    greedy = jnp.where(n_allowed & ~n_occupied, jnp.abs(nr - pr) + jnp.abs(nc - pc),
-                       _UNREACHED)
-    best_c = jnp.argmin(greedy)
-    rule_c = jnp.min(greedy) < _UNREACHED
-    choice = jnp.where(jnp.any(rule_a), jnp.argmax(rule_a), jnp.where(rule_b, best_b, best_c))
-    moves = active & ~adjacent & (jnp.any(rule_a) | rule_b | rule_c)
-    step_to = jnp.arange(4) == choice
-    tr = jnp.where(moves, jnp.sum(jnp.where(step_to, nr, 0)), r)
-    tc = jnp.where(moves, jnp.sum(jnp.where(step_to, nc, 0)), c)
-    leave = (cell_ids == r * C.COLS + c) & moves
-    enter = (cell_ids == tr * C.COLS + tc) & moves
-    crowd = crowd - leave.astype(jnp.int32) + enter.astype(jnp.int32)
-    row = jnp.where(sel, tr, row)
-    col = jnp.where(sel, tc, col)
-    return row, col, crowd, hp, attacked, keys
+def _run_phase_lanes(x: _PhaseInput):
+    """All activations of B games' phases; `x` has a trailing lane axis on every leaf."""
+    player = _bit(x.player_row * C.COLS + x.player_col, jnp.ones_like(x.hp, bool))
+    blocks = _pack(x.is_block)
+    everywhere = (jnp.full_like(x.hp, _ALL, jnp.uint32),) * 2
+    # Rule B ignores occupancy: its two fields (blocks barred or not) hold for the phase.
+    fields = tuple(_distance_planes(_and(player, passable), passable)
+                   for passable in (_not(blocks), everywhere))
+    lanes = _Lanes(
+        player_row=x.player_row, player_col=x.player_col, player=player, blocks=blocks,
+        transmissions=_pack(x.transmission_here), field_b=fields,
+        keys=x.keys, count=x.count)
+    return _run_lanes(x.row, x.col, x.alive, x.hp, lanes)
 
 
-@custom_vmap
-def _run_activations(carry, fixed: _Board):
-    """All activations of a phase in sequence; those past the count are skipped."""
-    count = fixed.first_step_count + fixed.second_step_count
-
-    def body(i, carry):
-        return jax.lax.cond(i < count, lambda c: _activation(c, fixed, i), lambda c: c, carry)
-
-    return jax.lax.fori_loop(0, 2 * C.MAX_ENEMIES, body, carry)
+def _lanes_last(x):
+    return jax.tree.map(lambda a: jnp.moveaxis(a, 0, -1), x)
 
 
-@_run_activations.def_vmap
-def _run_activations_batched(axis_size, in_batched, carry, fixed):
-    # Activation i runs only while some game of the batch still has an i-th activation:
-    # a batch pays for its busiest game's enemies, not for 72 slots.
-    carry, fixed = batching.broadcast_unbatched(axis_size, in_batched, (carry, fixed))
-    count = fixed.first_step_count + fixed.second_step_count
-    each = jax.vmap(_activation, in_axes=(0, 0, None))
+@batching.custom_batching(
+    lambda _, x: jax.tree.map(lambda a: jnp.moveaxis(a, -1, 0), _run_phase_lanes(_lanes_last(x))))
+def _phase_moves(x: _PhaseInput) -> tuple[Int32[Array, "36"], Int32[Array, "36"], Int32[Array, ""]]:
+    """The enemies' rows and columns and the player's hp after the phase's activations.
 
-    def body(i, carry):
-        return jax.lax.cond(jnp.any(i < count), lambda c: each(c, fixed, i), lambda c: c, carry)
-
-    out = jax.lax.fori_loop(0, 2 * C.MAX_ENEMIES, body, carry)
-    return out, batching.all_batched(out)
+    Under `vmap` the games become the lanes of one loop (see `_run_phase_lanes`).
+    """
+    return jax.tree.map(lambda a: a[..., 0],
+                        _run_phase_lanes(jax.tree.map(lambda a: a[..., None], x)))
 
 
 def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
     """Step 3: every enemy activation of both activation steps, in random order."""
-    e, b = state.enemies, state.board
-    is_block = b.content == C.BLOCK
-    cell_ids = jnp.arange(C.NUM_CELLS, dtype=jnp.int32)
-    is_q = cell_ids == state.player.row * C.COLS + state.player.col
-    kind = e.kind.astype(jnp.int32)
-    keys, first_step_count, second_step_count = _activation_keys(state, key)
-    # Rule B fields ignore occupancy: one per "may enter blocks" flag.
-    fixed = _Board(
-        player_row=state.player.row, player_col=state.player.col, is_block=is_block,
-        transmission_here=entities.occupancy(state.transmissions),
-        field_b=jnp.stack([_distance_field(is_q, ~is_block),
-                           _distance_field(is_q, jnp.ones(C.NUM_CELLS, bool))]),
-        kind=kind,
-        first_step_count=first_step_count, second_step_count=second_step_count)
-    crowd = jnp.sum((entities.cells(e)[:, None] == cell_ids[None, :]) & e.alive[:, None],
-                    axis=0, dtype=jnp.int32)
-    init = (e.row.astype(jnp.int32), e.col.astype(jnp.int32), crowd, state.player.hp,
-            jnp.zeros(C.MAX_ENEMIES, bool), keys)
-    row, col, _, hp, _, _ = _run_activations(init, fixed)
-    enemies = eqx.tree_at(lambda x: (x.row, x.col), e, (row.astype(jnp.int8), col.astype(jnp.int8)))
-    player = eqx.tree_at(lambda x: x.hp, state.player, hp)
+    e, p = state.enemies, state.player
+    keys, count = _activation_keys(state, key)
+    row, col, hp = _phase_moves(_PhaseInput(
+        row=e.row.astype(jnp.int32), col=e.col.astype(jnp.int32), alive=e.alive, hp=p.hp,
+        player_row=p.row, player_col=p.col, is_block=state.board.content == C.BLOCK,
+        transmission_here=entities.occupancy(state.transmissions), keys=keys, count=count))
+    enemies = eqx.tree_at(lambda x: (x.row, x.col), e,
+                          (row.astype(jnp.int8), col.astype(jnp.int8)))
+    player = eqx.tree_at(lambda x: x.hp, p, hp)
     return eqx.tree_at(lambda s: (s.enemies, s.player), state, (enemies, player))
 
 
@@ -280,7 +436,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) ->
          jnp.zeros_like(e.stunned)))
 
     # Select everything but the history, then push the snapshot in place.
-    keep = lambda s: eqx.tree_at(lambda x: x.history, s, None)  # noqa: E731
+    keep = lambda s: eqx.tree_at(lambda x: x.history, s, None)
     merged = batching.select(executed, keep(phase), keep(state))
     merged = eqx.tree_at(lambda s: (s.step_active, s.history), merged,
                          (state.step_active & ~swallowed, state.history),

@@ -34,7 +34,6 @@ and chunks no game needs are skipped; under a second, outer `vmap` they still gi
 results (the conds become selects).
 """
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -42,7 +41,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Int32, PRNGKeyArray, UInt32
 
 from hm.game import batching, bitboard, entities
@@ -353,66 +351,11 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
     # attempts, so this many rounds always finish.
     rounds = C.LAYOUT_ATTEMPTS * games // pool + 1
     init = (jnp.zeros(games, jnp.int32), ~active, jnp.zeros((games, 2), _U32))
-    _, _, layout = _while_needed(rounds, searching, run_round, init)
+    _, _, layout = batching.while_needed(rounds, searching, run_round, init)
     return layout
 
 
-def _while_needed(most: int, needed: Callable, body: Callable, carry):
-    """`carry = body(carry)` while `needed(carry)`, at most `most` times, for batch-level
-    code: a fixed-count loop of `lax.cond`s (no `while`), in about √most groups that are
-    skipped as a whole, so the rounds not needed cost a few `cond`s (a few µs each on CPU)."""
-    per_group = math.ceil(math.sqrt(most))
-
-    def maybe_once(_, carry):
-        return jax.lax.cond(needed(carry), body, lambda c: c, carry)
-
-    def maybe_group(_, carry):
-        return jax.lax.cond(needed(carry),
-                            lambda c: jax.lax.fori_loop(0, per_group, maybe_once, c),
-                            lambda c: c, carry)
-
-    return jax.lax.fori_loop(0, math.ceil(most / per_group), maybe_group, carry)
-
-
-def _custom_batching(batched_rule: Callable):
-    """Decorator: the function as written when unbatched; `batched_rule(axis_size, *args)`,
-    with every leaf of `args` given a leading batch axis, under `vmap`.
-
-    Unlike a bare `jax.custom_batching.custom_vmap`, the function may read array constants
-    (tables) and may be called inside a `lax.cond`/`lax.switch` whose predicate is batched:
-    such a `cond` batches every constant its branches capture, which `custom_vmap` rejects.
-    Here the function is traced first and its constants become explicit (ignored) arguments.
-    """
-
-    def decorate(fun):
-        @functools.wraps(fun)
-        def call(*args):
-            flat, in_tree = jax.tree.flatten(args)
-            closed, out_shape = jax.make_jaxpr(
-                lambda *leaves: fun(*jax.tree.unflatten(in_tree, leaves)),
-                return_shape=True)(*flat)
-
-            @custom_vmap
-            def traced(consts, leaves):
-                return jax.core.eval_jaxpr(closed.jaxpr, consts, *leaves)
-
-            @traced.def_vmap
-            def batched(axis_size, in_batched, consts, leaves):
-                leaves = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-                          for x, batched in zip(leaves, in_batched[1])]
-                out = jax.tree.leaves(batched_rule(axis_size,
-                                                   *jax.tree.unflatten(in_tree, leaves)))
-                return out, [True] * len(out)
-
-            out = traced(list(closed.consts), flat)
-            return jax.tree.unflatten(jax.tree.structure(out_shape), out)
-
-        return call
-
-    return decorate
-
-
-@_custom_batching(lambda _, *args: _search_layout_pooled(*args))
+@batching.custom_batching(lambda _, *args: _search_layout_pooled(*args))
 def _search_layout(seed: UInt32[Array, "2"], eligible: UInt32[Array, "2"],
                    exit_cell: UInt32[Array, "2"], k: Int32[Array, ""],
                    active: Bool[Array, ""]) -> UInt32[Array, "2"]:
@@ -663,12 +606,12 @@ def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
                 else x.at[index].set(after, mode="drop"), state, taken, updated)
 
         n_chunks = (n_selected + chunk - 1) // chunk
-        _, state = _while_needed(
+        _, state = batching.while_needed(
             chunks, lambda carry: carry[0] < n_chunks,
             lambda carry: (carry[0] + 1, update_chunk(*carry)), (jnp.int32(0), state))
         return state
 
-    @_custom_batching(batched)
+    @batching.custom_batching(batched)
     def maybe(state, pred, *args):
         return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
 

@@ -331,7 +331,8 @@ def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Arra
     e = state.enemies
     ready = e.alive & (e.disabled == 0) & ~e.stunned
     second = ready & (jnp.asarray(_SPEED)[e.kind.astype(jnp.int32)] > 1)
-    random = jax.random.bits(key, (2, C.MAX_ENEMIES), jnp.uint32) & np.uint32(0xFFFFFF80)
+    random = (generation.hashed_bits(key, 2 * C.MAX_ENEMIES).reshape(2, C.MAX_ENEMIES)
+              & np.uint32(0xFFFFFF80))
     slot = jnp.arange(C.MAX_ENEMIES, dtype=jnp.uint32)
     glitch = jnp.where(e.kind == C.GLITCH, _GLITCH_KEY, np.uint32(0))
     can = jnp.stack([ready, second])

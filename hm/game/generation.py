@@ -129,6 +129,11 @@ def _seeds(key: PRNGKeyArray, streams: int) -> UInt32[Array, "streams 2"]:
                       _mix(_mix(second + stream) ^ first)], axis=-1)
 
 
+def hashed_bits(key: PRNGKeyArray, n: int) -> UInt32[Array, " n"]:
+    """`n` uniform 32-bit words from `key`, by the keyed hash (no Threefry per game)."""
+    return _words(_seeds(key, 1)[0], jnp.arange(n, dtype=jnp.int32))
+
+
 def _words(seed: UInt32[Array, "*s 2"], counter: Int32[Array, "*t"]) -> UInt32[Array, "*t"]:
     """Uniform 32-bit words, one per counter value, of the stream keyed by `seed`.
 

@@ -1,11 +1,14 @@
 """The enemy phase (GAME_RULES.md §10, §10.1).
 
-Activations are strictly sequential (each sees the moves before it), so they run as a
-fixed-count `lax.scan` over `2 × MAX_ENEMIES` activation slots: both activation steps,
-each in a fresh random order, with inactive slots doing nothing. Movement rule A needs a
-breadth-first search over the cells the mover may enter, with the occupancy as it stands
-at that moment: a 35-level bitboard dilation. Rule B ignores occupancy, so its distance
-fields (one for glitches, one for the rest) are computed once per phase.
+Activations are strictly sequential (each sees the moves before it). Under `vmap` the
+games of a batch become the *lanes* of one activation loop (`_run_phase_lanes`): an
+activation step visits its enemies in the order of random keys, one activation per loop
+iteration, and the loop stops as soon as no game of the batch has an activation left.
+Every cell set is a bitboard (two uint32 words per game), so an activation costs a few
+dozen operations on `[batch]` vectors: movement rule A is a breadth-first search from the
+player that stops, batch-wide, once every game has found its enemy's neighbours; rule B
+ignores occupancy, so its two distance fields (glitches or not) are computed once per
+phase as bit planes; rule C is arithmetic.
 """
 
 from collections.abc import Callable

@@ -122,7 +122,21 @@ def hackmatrix_action_metrics(fractions: Float[Array, " actions"]) -> dict[str, 
     return out
 
 
-class HackMatrixEnv(AbstractEnv):
+class _HackMatrixShaped(AbstractEnv):
+    """What every env in HackMatrix's shapes shares: the packed observation and the
+    action metrics."""
+
+    def encode_obs(self, obs):
+        return pack_obs(obs, C.PLAYER_FEATURES)
+
+    def decode_obs(self, compact):
+        return unpack_obs(compact)
+
+    def action_metrics(self, fractions):
+        return hackmatrix_action_metrics(fractions)
+
+
+class HackMatrixEnv(_HackMatrixShaped):
     """`hm.game` behind the learner's protocol."""
 
     obs_size: int = eqx.field(static=True, default=C.OBS_FLAT_SIZE)
@@ -154,22 +168,13 @@ class HackMatrixEnv(AbstractEnv):
 
         return game.observe(state).flat()
 
-    def encode_obs(self, obs):
-        return pack_obs(obs, C.PLAYER_FEATURES)
-
-    def decode_obs(self, compact):
-        return unpack_obs(compact)
-
-    def action_metrics(self, fractions):
-        return hackmatrix_action_metrics(fractions)
-
 
 class NullState(eqx.Module):
     row: Int32[Array, ""]        # which canned observation is showing
     remaining: Int32[Array, ""]  # steps until the episode ends
 
 
-class NullEnv(AbstractEnv):
+class NullEnv(_HackMatrixShaped):
     """A do-nothing environment in HackMatrix's shapes, to time the learner alone.
 
     The state is two integers; observations, masks and rewards are rows of small
@@ -217,15 +222,6 @@ class NullEnv(AbstractEnv):
 
     def observe(self, state):
         return self.obs_table[state.row]
-
-    def encode_obs(self, obs):
-        return pack_obs(obs, C.PLAYER_FEATURES)
-
-    def decode_obs(self, compact):
-        return unpack_obs(compact)
-
-    def action_metrics(self, fractions):
-        return hackmatrix_action_metrics(fractions)
 
 
 # --- batches of environments with truncation and auto-reset ----------------------------

@@ -38,7 +38,11 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     key_program, key_stage, key_phase = jax.random.split(key, 3)
 
     distance_before = exit_distance(state.board, actions.player_cell(state))
-    program = jnp.clip(action - C.PROGRAM_ACTION_OFFSET, 0, C.NUM_PROGRAMS - 1)
+    # Non-program actions run WAIT (no effect, result discarded), so that under `vmap` the
+    # PUSH/PULL pass runs only when some game really pushes or pulls.
+    program = jnp.where(action >= C.PROGRAM_ACTION_OFFSET,
+                        jnp.clip(action - C.PROGRAM_ACTION_OFFSET, 0, C.NUM_PROGRAMS - 1),
+                        C.WAIT)
     moved, moved_outcome = actions.directional(state, jnp.clip(action, 0, 3))
     siphoned, siphon_outcome = actions.siphon(state)
     ran, program_outcome = programs.run_program(state, program, key_program)

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int32, UInt32
 
+from hm.game import bitboard, geometry
 from hm.game import constants as C
-from hm.game import geometry
 from hm.game.state import GameState
 
 _CREDIT_COST = C.PROGRAM_CREDIT_COST
@@ -37,10 +37,8 @@ _HALF = C.NUM_CELLS // 2
 
 
 def _words(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    bits = masks.astype(np.uint64) << np.arange(C.NUM_CELLS, dtype=np.uint64)
-    packed = np.bitwise_or.reduce(bits, axis=-1)
-    return ((packed & ((1 << _HALF) - 1)).astype(np.uint32),
-            (packed >> _HALF).astype(np.uint32))
+    words = bitboard.table(masks)
+    return words[..., 0], words[..., 1]
 
 
 _ROW_LO, _ROW_HI = _words(_ROW_OF[:, None] == _ROW_OF[None, :])
@@ -79,14 +77,6 @@ def _entity_words(entities, *flags: Bool[Array, "N"]
     for i, f in enumerate(flags):
         flag = flag | ((alive & f).astype(jnp.uint32) << (i + 1))
     return _or_reduce(lo, hi, flag)
-
-
-def _test(lo: UInt32[Array, ""], hi: UInt32[Array, ""], cell: Int32[Array, "*s"]
-          ) -> Bool[Array, "*s"]:
-    """Whether `cell` (−1 = off board: false) is set in the bitboard (lo, hi)."""
-    word = jnp.where(cell < _HALF, lo, hi)
-    shift = jnp.clip(jnp.where(cell < _HALF, cell, cell - _HALF), 0, _HALF - 1)
-    return (cell >= 0) & (((word >> shift.astype(jnp.uint32)) & np.uint32(1)) != 0)
 
 
 def _meets(lo: UInt32[Array, ""], hi: UInt32[Array, ""],
@@ -187,8 +177,8 @@ def legal_actions(state: GameState) -> Bool[Array, "28"]:
     p = state.player
     o = _occupancy(state)
     targets = jnp.asarray(geometry.NEIGHBOURS)[player_cell(state)]
-    blocked = (_test(o.block_lo, o.block_hi, targets)
-               & ~_test(o.enemy_lo, o.enemy_hi, targets))
+    blocked = (bitboard.holds_words(o.block_lo, o.block_hi, targets)
+               & ~bitboard.holds_words(o.enemy_lo, o.enemy_hi, targets))
     directional = (targets >= 0) & ~blocked
     siphon = (p.data_siphons > 0)[None]
     programs = (p.owned & (p.credits >= _CREDIT_COST) & (p.energy >= _ENERGY_COST)

@@ -8,7 +8,7 @@ faster than a padded-array wavefront, and needing no 64-bit integers.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int32, UInt32
+from jaxtyping import Array, Bool, Int, Int32, UInt32
 
 from hm.game import constants as C
 
@@ -34,14 +34,39 @@ def to_mask(board: UInt32[Array, "2"]) -> Bool[Array, "36"]:
     return ((board[:, None] >> _SHIFTS[None, :]) & np.uint32(1)).astype(bool).reshape(C.NUM_CELLS)
 
 
+def cell_words(cell: Int[Array, "*s"]) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
+    """The two words of the bitboard holding only `cell` (nothing outside 0..35).
+
+    Elementwise, so it serves any shape: one cell per game or per slot. Hot loops keep
+    the words apart (see `dilate_words`).
+    """
+    cell = jnp.asarray(cell, jnp.int32)
+    low = (cell >= 0) & (cell < _HALF)
+    high = (cell >= _HALF) & (cell < C.NUM_CELLS)
+    one = np.uint32(1) << jnp.where(low, cell, cell - _HALF).clip(0, _HALF - 1).astype(jnp.uint32)
+    return jnp.where(low, one, np.uint32(0)), jnp.where(high, one, np.uint32(0))
+
+
+def holds_words(lo: UInt32[Array, "..."], hi: UInt32[Array, "..."], cell: Int[Array, "..."]
+                ) -> Bool[Array, "..."]:
+    """Whether the bitboard (lo, hi) holds `cell` (a cell outside 0..35: no); the three
+    broadcast together."""
+    cell = jnp.asarray(cell, jnp.int32)
+    c = cell.clip(0, C.NUM_CELLS - 1)
+    word = jnp.where(c < _HALF, lo, hi)
+    shift = jnp.where(c < _HALF, c, c - _HALF).astype(jnp.uint32)
+    return (cell >= 0) & (cell < C.NUM_CELLS) & (((word >> shift) & np.uint32(1)) != 0)
+
+
+def table(mask: np.ndarray) -> np.ndarray:
+    """Host-side: the bitboards `[..., 2]` (uint32 words) of a `[..., 36]` bool table."""
+    bits = np.asarray(mask).reshape(np.shape(mask)[:-1] + (2, _HALF)).astype(np.uint64)
+    return (bits << np.arange(_HALF, dtype=np.uint64)).sum(-1).astype(np.uint32)
+
+
 def cell_bit(cell: Int32[Array, ""]) -> UInt32[Array, "2"]:
     """The bitboard holding only `cell` (nothing if `cell` is outside 0..35)."""
-    cell = jnp.asarray(cell, jnp.int32)
-    word = jnp.arange(2, dtype=jnp.int32)
-    shift = (cell - word * _HALF).astype(jnp.uint32)
-    inside = (cell >= word * _HALF) & (cell < (word + 1) * _HALF)
-    return jnp.where(inside, np.uint32(1) << jnp.minimum(shift, np.uint32(_HALF - 1)),
-                     np.uint32(0))
+    return jnp.stack(cell_words(cell))
 
 
 def has(board: UInt32[Array, "2"], cell: Int32[Array, ""]) -> Bool[Array, ""]:

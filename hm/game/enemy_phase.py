@@ -69,11 +69,7 @@ Words = tuple[UInt32[Array, " B"], UInt32[Array, " B"]]
 
 def _bit(cell: Int32[Array, "*s"], on: Bool[Array, "*s"]) -> Words:
     """The bitboard of `cell` where `on`, else empty."""
-    low = cell < _HALF
-    shift = jnp.where(low, cell, cell - _HALF).clip(0, _HALF - 1).astype(jnp.uint32)
-    one = jnp.uint32(1) << shift
-    zero = jnp.uint32(0)
-    return jnp.where(on & low, one, zero), jnp.where(on & ~low, one, zero)
+    return jax.tree.map(lambda w: jnp.where(on, w, np.uint32(0)), bitboard.cell_words(cell))
 
 
 def _meets(a: Words, b: Words) -> Bool[Array, " B"]:

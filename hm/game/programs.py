@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, Int8, Int32, Key, UInt32
 
-from hm.game import batching, geometry
+from hm.game import batching, bitboard, geometry
 from hm.game import constants as C
 from hm.game.actions import ActionOutcome, no_outcome
 from hm.game.state import Board, Enemies, GameState, Player, Snapshot, Transmissions
@@ -63,33 +63,15 @@ _SLOTS = np.arange(C.MAX_ENEMIES, dtype=np.int32)
 _CELLS = np.arange(C.NUM_CELLS, dtype=np.int32)
 
 
-def _bitboard_table(mask: np.ndarray) -> np.ndarray:
-    """Per-row bitboards `[..., 2]` (uint32 words) of a `[..., 36]` bool table."""
-    bits = mask.reshape(mask.shape[:-1] + (2, _HALF)).astype(np.uint64)
-    return (bits << np.arange(_HALF, dtype=np.uint64)).sum(-1).astype(np.uint32)
-
-
-_SURROUNDING_BB = _bitboard_table(geometry.SURROUNDING_MASK)        # [36 cells, 2 words]
+_SURROUNDING_BB = bitboard.table(geometry.SURROUNDING_MASK)        # [36 cells, 2 words]
 
 
 # --------------------------------------------------------------------------- bitboards
 
-def _cell_bits(cell: Int[Array, "*s"]) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
-    """The two bitboard words holding only `cell`; none for a cell outside 0..35."""
-    low = (cell >= 0) & (cell < _HALF)
-    high = (cell >= _HALF) & (cell < C.NUM_CELLS)
-    shift = jnp.where(low, cell, cell - _HALF).clip(0, _HALF - 1).astype(_U32)
-    one = _U32(1) << shift
-    return jnp.where(low, one, _U32(0)), jnp.where(high, one, _U32(0))
-
-
 def _holds(lo: UInt32[Array, "R"], hi: UInt32[Array, "R"],
            cell: Int32[Array, "R N"]) -> Bool[Array, "R N"]:
     """Whether the bitboard (one per row) holds each of `cell` (outside 0..35: no)."""
-    c = cell.clip(0, C.NUM_CELLS - 1)
-    word = jnp.where(c < _HALF, lo[:, None], hi[:, None])
-    shift = jnp.where(c < _HALF, c, c - _HALF).astype(_U32)
-    return (cell >= 0) & (cell < C.NUM_CELLS) & (((word >> shift) & _U32(1)) != 0)
+    return bitboard.holds_words(lo[:, None], hi[:, None], cell)
 
 
 def _slot_bit(flags: tuple[UInt32[Array, "R"], UInt32[Array, "R"]], n: int) -> Bool[Array, "R N"]:
@@ -129,7 +111,7 @@ def _first_of_cell(cells: Callable[..., Int[Array, "R N"]], args: tuple, alive: 
         for i in range(stop):
             # Slot i's cell from slot i's inputs (per-slot `[R, N]`, per-game `[R]`).
             cell = cells(*(x[:, i:i + 1] if x.ndim == 2 else x for x in args))[:, 0]
-            lo, hi = _cell_bits(cell)
+            lo, hi = bitboard.cell_words(cell)
             if i >= start:
                 new = ((lo & ~seen_lo) | (hi & ~seen_hi)) != 0
                 first = first | (new.astype(_U32) << (i - start))
@@ -153,7 +135,7 @@ def _cells_first_free(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"],
     rows = cell.shape[0]
     seen_lo = seen_hi = free_lo = free_hi = jnp.zeros(rows, _U32)
     for i in range(cell.shape[1]):
-        lo, hi = _cell_bits(jnp.where(alive[:, i], cell[:, i], -1))
+        lo, hi = bitboard.cell_words(jnp.where(alive[:, i], cell[:, i], -1))
         keep = jnp.where(from_task[:, i], _U32(0), ~_U32(0))
         free_lo = free_lo | (lo & ~seen_lo & keep)
         free_hi = free_hi | (hi & ~seen_hi & keep)
@@ -403,7 +385,7 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, "R"],
     # --- "remove all at X": CRASH (the 8 surrounding cells), WARP (the landing cell) ---
     crash, warp = is_(C.CRASH), is_(C.WARP)
     around_lo, around_hi = jnp.asarray(_SURROUNDING_BB)[here].T
-    warp_lo, warp_hi = _cell_bits(warp_cell)
+    warp_lo, warp_hi = bitboard.cell_words(warp_cell)
     none = jnp.zeros_like(warp_lo)
 
     def sweep(lands_here):

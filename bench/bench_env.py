@@ -78,7 +78,8 @@ def play_step(games: Games, fresh: PyTree) -> Games:
     key, action_key, step_key = jax.random.split(games.key, 3)
     action = sample_legal_action(game.legal_actions(games.state), jax.random.uniform(action_key))
     state, obs, reward, done, _ = game.step(games.state, action, step_key)
-    state, obs = replace_finished(done, (state, obs), fresh)
+    state = game.restart(done, state, fresh[0])
+    obs = replace_finished(done, obs, fresh[1])
     checksum = games.checksum + jnp.sum(obs.flat()) + reward.astype(jnp.float32)
     return Games(state, key, checksum)
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Int32
 from jax.custom_batching import custom_vmap
 
 
@@ -90,3 +92,95 @@ def custom_batching(batched_rule: Callable):
         return call
 
     return decorate
+
+
+def prefix_count(flags: Bool[Array, "B"]) -> Int32[Array, "B"]:
+    """Inclusive prefix count of `flags`, exact, by blocks of 32 with two small
+    triangular matrix products (`cumsum` is a quadratic reduce-window on CPU)."""
+    batch = flags.shape[0]
+    width = min(32, batch)
+    padded = math.ceil(batch / width) * width
+    x = jnp.zeros(padded, jnp.float32).at[:batch].set(flags.astype(jnp.float32))
+    x = x.reshape(-1, width)
+    hi = jax.lax.Precision.HIGHEST
+    inner = jnp.dot(x, jnp.asarray(np.triu(np.ones((width, width), np.float32))), precision=hi)
+    blocks = x.shape[0]
+    before = jnp.dot(inner[:, -1], jnp.asarray(np.triu(np.ones((blocks, blocks), np.float32), 1)),
+                     precision=hi)
+    return (inner + before[:, None]).reshape(padded)[:batch].astype(jnp.int32)
+
+
+def changed_leaves(rule: Callable, state, pred, args) -> list[bool]:
+    """For each leaf of `state` (batched), whether `rule` may change it: False for the
+    leaves it returns as they were given (found by tracing it once, abstractly)."""
+    flags = []
+
+    def probe(state, pred, args):
+        out = jax.vmap(rule)(state, pred, *args)
+        flags.extend(a is not b for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(out)))
+        return out
+
+    jax.eval_shape(probe, state, pred, args)
+    return flags
+
+
+def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
+    """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
+
+    `rule(state, active, *args)` must be a state update that is cheap when `active` is
+    false (its result is then discarded). Unbatched, `maybe` is a `lax.cond`. Batched, it
+    runs `rule` only on the selected games: gathered `chunk` at a time (≈ batch /
+    `chunk_divisor`), updated with `vmap(rule)` and the changed fields scattered back in
+    place, once per chunk of selected games (never when none is selected). Padding entries
+    of the last chunk run with `active` false and are dropped.
+    """
+
+    def batched(axis_size, state, pred, *args):
+        chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
+        chunks = math.ceil(axis_size / chunk)
+        n_selected = jnp.sum(pred, dtype=jnp.int32)
+
+        def update_chunk(c, state):
+            # Recomputed per chunk (there is usually one), so that a batch selecting no
+            # game pays for the sum above and nothing else.
+            order = jnp.where(pred, prefix_count(pred) - 1, chunks * chunk)
+            selected = jnp.full(chunks * chunk, axis_size, jnp.int32).at[order].set(
+                jnp.arange(axis_size, dtype=jnp.int32), mode="drop")
+            index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
+            real = index < axis_size
+            source = jnp.where(real, index, selected[0])
+            take = lambda x: x[source]
+            taken = jax.tree.map(take, state)
+            updated = jax.vmap(rule)(taken, real, *jax.tree.map(take, args))
+            # Leaves the rule passed through untouched are neither gathered nor scattered.
+            return jax.tree.map(
+                lambda x, before, after: x if after is before
+                else x.at[index].set(after, mode="drop"), state, taken, updated)
+
+        # Only the leaves the rule changes are carried through the loop: a loop carrying
+        # the UNDO history would copy it whole every step.
+        leaves, tree = jax.tree.flatten(state)
+        changed = changed_leaves(rule, state, pred, args)
+        fixed = {i: x for i, x in enumerate(leaves) if not changed[i]}
+
+        def rebuild(carried):
+            it = iter(carried)
+            return tree.unflatten([fixed[i] if i in fixed else next(it)
+                                   for i in range(len(leaves))])
+
+        def body(carry):
+            c, carried = carry
+            new = jax.tree.leaves(update_chunk(c, rebuild(carried)))
+            return c + 1, [x for i, x in enumerate(new) if changed[i]]
+
+        n_chunks = (n_selected + chunk - 1) // chunk
+        _, carried = while_needed(
+            chunks, lambda carry: carry[0] < n_chunks, body,
+            (jnp.int32(0), [x for i, x in enumerate(leaves) if changed[i]]))
+        return rebuild(carried)
+
+    @custom_batching(batched)
+    def maybe(state, pred, *args):
+        return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
+
+    return maybe

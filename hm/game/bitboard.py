@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, Int32, UInt32
 
+from hm.game import batching
 from hm.game import constants as C
 
 _HALF = C.NUM_CELLS // 2
@@ -130,21 +131,35 @@ def distance_to(source: UInt32[Array, "2"], passable: UInt32[Array, "2"],
 
     Paths run over `passable` cells (the source is always in the search; a target cell
     need not be passable to be reached). Returns −1 when no target is reachable.
+    Under `vmap` the games are the lanes of one search that stops once no game's goes on.
     """
-    p_lo, p_hi = passable[0], passable[1]
-    t_lo, t_hi = target[0], target[1]
+    @batching.custom_batching(lambda _, *words: _distance_lanes(*words))
+    def one(source, passable, target):
+        return _distance_lanes(source[None], passable[None], target[None])[0]
 
-    def level(i, carry):
-        v_lo, v_hi, f_lo, f_hi, found = carry
+    return one(source, passable, target)
+
+
+def _distance_lanes(source: UInt32[Array, "B 2"], passable: UInt32[Array, "B 2"],
+                    target: UInt32[Array, "B 2"]) -> Int32[Array, " B"]:
+    p_lo, p_hi = passable[:, 0], passable[:, 1]
+    t_lo, t_hi = target[:, 0], target[:, 1]
+
+    def level(carry):
+        i, v_lo, v_hi, f_lo, f_hi, found = carry
         g_lo, g_hi = dilate_words(f_lo, f_hi)
         g_lo, g_hi = g_lo & ~v_lo, g_hi & ~v_hi
         reached = ((g_lo & t_lo) | (g_hi & t_hi)) != 0
         found = jnp.where((found < 0) & reached, i + 1, found)
-        return v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi, found
+        return i + 1, v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi, found
 
-    start_found = jnp.where(jnp.any((source & target) != 0), 0, -1).astype(jnp.int32)
-    carry = (source[0], source[1], source[0], source[1], start_found)
-    return jax.lax.fori_loop(0, MAX_DISTANCE, level, carry)[-1]
+    def searching(carry):
+        _, _, _, f_lo, f_hi, found = carry
+        return jnp.any((found < 0) & ((f_lo | f_hi) != 0))
+
+    start_found = jnp.where(jnp.any((source & target) != 0, axis=1), 0, -1).astype(jnp.int32)
+    carry = (jnp.int32(0), source[:, 0], source[:, 1], source[:, 0], source[:, 1], start_found)
+    return batching.while_needed(MAX_DISTANCE, searching, level, carry)[-1]
 
 
 def flood(source: UInt32[Array, "2"], passable: UInt32[Array, "2"]) -> UInt32[Array, "2"]:

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Int32, Key, UInt32
 
 from hm.game import batching, bitboard, entities, generation
 from hm.game import constants as C
-from hm.game.state import Enemies, GameState, Snapshot, snapshot_of
+from hm.game.state import Enemies, GameState, Snapshot
 
 _UNREACHED = 1_000
 _SPEED = C.ENEMY_SPEED.astype(np.int32)
@@ -62,7 +62,11 @@ _PLANES = 6
 # Cell offsets of the canonical directions up, down, left, right (§10.1).
 _STEP = tuple(int(dr * C.COLS + dc) for dr, dc in C.DIRECTION_DELTAS)
 _ACTIVATION_GROUP = 8     # activations skipped as a whole once no game of the batch has any
-_LEVEL_GROUP = 4          # breadth-first levels run between checks that a search goes on
+# (activations up to, lane divisor): activations `previous stop .. stop − 1` run on about
+# B / divisor lanes, the games that have them (most games have one or two activations).
+_TIERS = ((2, 1), (2 * C.MAX_ENEMIES, 16))
+_MIN_LANES = 8
+_LEVEL_GROUP = 1          # breadth-first levels run between checks that a search goes on
 
 Words = tuple[UInt32[Array, " B"], UInt32[Array, " B"]]
 
@@ -203,11 +207,11 @@ class _Lanes(eqx.Module):
     blocks: tuple                     # Words
     transmissions: tuple              # Words
     field_b: tuple                    # per "may enter blocks": (reached, planes)
-    keys: UInt32[Array, "2 36 B"]     # activation order per step (see `_activation_keys`)
-    count: Int32[Array, "2 B"]        # activations of each game per step
+    keys: UInt32[Array, "72 B"]       # activation order, both steps (see `_activation_keys`)
+    count: Int32[Array, " B"]         # activations of each game, both steps
 
 
-def _activation(i, carry, lanes: _Lanes, count: Int32[Array, " B"]):
+def _activation(i, carry, lanes: _Lanes):
     """Activation `i` of an activation step in every lane (§10 step 3): attack if adjacent,
     else move (§10.1).
 
@@ -217,9 +221,10 @@ def _activation(i, carry, lanes: _Lanes, count: Int32[Array, " B"]):
     lane = jnp.arange(hp.shape[0])
     # The next enemy: the smallest key not yet taken (taken keys are set to _NO_KEY).
     key = jnp.min(keys, axis=0)
-    active = i < count
+    active = i < lanes.count
     slot = (key & np.uint32(63)).astype(jnp.int32).clip(0, C.MAX_ENEMIES - 1)
-    keys = keys.at[slot, lane].set(_NO_KEY)
+    second_step = (key >> 31).astype(jnp.int32)
+    keys = keys.at[slot + C.MAX_ENEMIES * second_step, lane].set(_NO_KEY)
     me = _bit(slot, active)
     # A virus that attacked in the first activation step does nothing in its second.
     active = active & ~_meets(attacked, me)
@@ -288,6 +293,54 @@ def _activation(i, carry, lanes: _Lanes, count: Int32[Array, " B"]):
     return position, keys, planes, hp, attacked
 
 
+def _take_lanes(tree, lane):
+    return jax.tree.map(lambda x: x[..., lane], tree)
+
+
+def _put_lanes(tree, lane, part):
+    return jax.tree.map(lambda x, y: x.at[..., lane].set(y, mode="drop"), tree, part)
+
+
+def _run_tier(carry, lanes: _Lanes, start: int, stop: int, divisor: int):
+    """Activations `start .. stop − 1` of every lane, on about B / `divisor` lanes.
+
+    Few games have many activations, so the later activations run on a narrower batch:
+    the games that still have some are gathered (a chunk of lanes at a time; chunks that
+    no game needs are skipped), run, and scattered back.
+    """
+    batch = lanes.count.shape[0]
+    width = min(batch, max(_MIN_LANES, batch // divisor))
+
+    def run(carry, lanes):
+        return _skipping_loop(
+            stop - start, min(_ACTIVATION_GROUP, stop - start),
+            lambda i, _: jnp.any(start + i < lanes.count),
+            lambda i, c: _activation(start + i, c, lanes), carry)
+
+    if width == batch:
+        return run(carry, lanes)
+    needed = lanes.count > start
+    chunks = -(-batch // width)
+    rank = jnp.where(needed, batching.prefix_count(needed) - 1, chunks * width)
+    order = jnp.full(chunks * width, batch, jnp.int32).at[rank].set(
+        jnp.arange(batch, dtype=jnp.int32), mode="drop")
+    n_chunks = (jnp.sum(needed, dtype=jnp.int32) + width - 1) // width
+
+    def chunk(state):
+        c, carry = state
+        index = jax.lax.dynamic_slice(order, (c * width,), (width,))
+        real = index < batch
+        source = jnp.minimum(index, batch - 1)
+        part = _take_lanes(lanes, source)
+        part = eqx.tree_at(lambda x: x.count, part, jnp.where(real, part.count, 0))
+        done = run(_take_lanes(carry, source), part)
+        return c + 1, _put_lanes(carry, index, done)
+
+    _, carry = batching.while_needed(chunks, lambda s: s[0] < n_chunks, chunk,
+                                     (jnp.int32(0), carry))
+    return carry
+
+
 def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool[Array, "36 B"],
                hp: Int32[Array, " B"], lanes: _Lanes):
     """Every activation of the phase for B games: the enemies' rows, columns, player hp."""
@@ -296,22 +349,18 @@ def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool
     crowd = (jnp.zeros(row.shape, jnp.int32)
              .at[row * C.COLS + col, lane].add(alive.astype(jnp.int32)))
     planes = [_pack(((crowd >> j) & 1) == 1) for j in range(_PLANES)]
-
-    def activation_step(step, carry):
-        count = lanes.count[step]
-        carry = (carry[0], lanes.keys[step]) + carry[2:]
-        return _skipping_loop(
-            C.MAX_ENEMIES, _ACTIVATION_GROUP, lambda i, _: jnp.any(i < count),
-            lambda i, c: _activation(i, c, lanes, count), carry)
-
-    carry = ((row << 3) | col, lanes.keys[0], planes, hp, (zero, zero))
-    position, _, _, hp, _ = jax.lax.fori_loop(0, 2, activation_step, carry)
+    carry = ((row << 3) | col, lanes.keys, planes, hp, (zero, zero))
+    start = 0
+    for stop, divisor in _TIERS:
+        carry = _run_tier(carry, lanes, start, stop, divisor)
+        start = stop
+    position, _, _, hp, _ = carry
     return position >> 3, position & 7, hp
 
 
-def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Array, "2 36"], Int32[Array, "2"]]:
-    """Step 3's activation order as sortable keys per activation step, and how many
-    activations each step has.
+def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Array, "72"], Int32[Array, ""]]:
+    """Step 3's activation order, both activation steps, as keys whose increasing order
+    is the order of the activations; and how many activations there are.
 
     Each activation step visits the enemies in a fresh uniform order; an enemy that is
     disabled or stunned, or whose speed is below the step, is skipped, so only those
@@ -321,22 +370,24 @@ def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Arra
     (Whether a virus already attacked is known only while the first step runs; such a
     virus is visited and does nothing.)
 
-    Key = 25 random bits | glitch (1 bit) | slot (6 bits): taking a step's keys in
-    increasing order visits its enemies in a uniform random order (up to ties of 25 random
-    bits); an enemy that may not act has no key. The key carries what the activation
-    needs to know of the enemy besides its position. The next enemy is found by a minimum when its turn comes, not by a sort up
-    front: sorts are slow under `vmap`, and most keys are never reached.
+    Key = step (1 bit) | 24 random bits | glitch (1 bit) | slot (6 bits), in rows
+    `36 * step + slot`: the step bit puts the first step's keys before the second's, and
+    within a step increasing keys visit the enemies in a uniform random order (up to ties
+    of 24 random bits). An enemy that may not act has no key (`_NO_KEY`, above all). The
+    key carries what the activation needs to know of the enemy besides its position.
+    The next enemy is found by a minimum when its turn comes, not by a sort up front:
+    sorts are slow under `vmap`, and most keys are never reached.
     """
     e = state.enemies
     ready = e.alive & (e.disabled == 0) & ~e.stunned
     second = ready & (jnp.asarray(_SPEED)[e.kind.astype(jnp.int32)] > 1)
-    random = (generation.hashed_bits(key, 2 * C.MAX_ENEMIES).reshape(2, C.MAX_ENEMIES)
-              & np.uint32(0xFFFFFF80))
-    slot = jnp.arange(C.MAX_ENEMIES, dtype=jnp.uint32)
-    glitch = jnp.where(e.kind == C.GLITCH, _GLITCH_KEY, np.uint32(0))
-    can = jnp.stack([ready, second])
-    return (jnp.where(can, random | glitch[None, :] | slot[None, :], _NO_KEY),
-            jnp.sum(can, axis=1, dtype=jnp.int32))
+    random = generation.hashed_bits(key, 2 * C.MAX_ENEMIES) & np.uint32(0x7FFFFF80)
+    step = jnp.repeat(jnp.asarray([0, 1 << 31], jnp.uint32), C.MAX_ENEMIES)
+    slot = jnp.tile(jnp.arange(C.MAX_ENEMIES, dtype=jnp.uint32), 2)
+    glitch = jnp.tile(jnp.where(e.kind == C.GLITCH, _GLITCH_KEY, np.uint32(0)), 2)
+    can = jnp.concatenate([ready, second])
+    return (jnp.where(can, step | random | glitch | slot, _NO_KEY),
+            jnp.sum(can, dtype=jnp.int32))
 
 
 class _PhaseInput(eqx.Module):
@@ -350,8 +401,8 @@ class _PhaseInput(eqx.Module):
     player_col: Int32[Array, ""]
     is_block: Bool[Array, "36"]
     transmission_here: Bool[Array, "36"]
-    keys: UInt32[Array, "2 36"]
-    count: Int32[Array, "2"]
+    keys: UInt32[Array, "72"]
+    count: Int32[Array, ""]
 
 
 def _run_phase_lanes(x: _PhaseInput):
@@ -402,9 +453,10 @@ def push_snapshot(state: GameState, snapshot: Snapshot, executed: Bool[Array, ""
     """Step 7: push `snapshot` onto the bounded UNDO stack when `executed` (§9.10)."""
     h = state.history
     slot = (h.top + 1) % C.HISTORY_CAPACITY
-    snapshots = jax.tree.map(
-        lambda stack, x: stack.at[slot].set(jnp.where(executed, x, stack[slot])),
-        h.snapshots, snapshot)
+    # An out-of-range slot drops the write: in place, with no read of the old entry.
+    write = jnp.where(executed, slot, C.HISTORY_CAPACITY)
+    snapshots = jax.tree.map(lambda stack, x: stack.at[write].set(x, mode="drop"),
+                             h.snapshots, snapshot)
     history = eqx.tree_at(
         lambda x: (x.snapshots, x.top, x.depth), h,
         (snapshots, jnp.where(executed, slot, h.top),
@@ -412,23 +464,30 @@ def push_snapshot(state: GameState, snapshot: Snapshot, executed: Bool[Array, ""
     return eqx.tree_at(lambda s: s.history, state, history)
 
 
-def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) -> GameState:
-    """Run the enemy phase of §10 where `runs` (a turn-ending action), else return `state`.
+def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]
+                ) -> tuple[GameState, Bool[Array, ""]]:
+    """Run the enemy phase of §10 where `runs` (a turn-ending action), else keep `state`.
 
-    STEP swallows a running phase whole (step 0).
+    STEP swallows a running phase whole (step 0). Returns the state after the phase and
+    whether the phase executed; the caller pushes the UNDO snapshot of step 7 then
+    (`push_snapshot`), once it knows the step stands: the push writes the history in
+    place, which it could not do while the state before the step is still needed.
     """
     swallowed = runs & state.step_active
     executed = runs & ~state.step_active
     key_order, key_place = jax.random.split(key)
 
     phase = eqx.tree_at(lambda s: s.turn, state, state.turn + 1)
-    phase = _hatch(phase)
-    phase = _activate(phase, key_order)
+    with jax.named_scope("hatch"):
+        phase = _hatch(phase)
+    with jax.named_scope("activate"):
+        phase = _activate(phase, key_order)
     task = ~phase.calm & (phase.turn >= phase.next_task)
     phase = eqx.tree_at(lambda s: s.next_task, phase,
                         jnp.where(task, phase.turn + phase.interval, phase.next_task))
-    phase = generation.maybe_place_transmissions(
-        phase, key_place, task.astype(jnp.int32), phase.pending, jnp.asarray(0, jnp.int32))
+    with jax.named_scope("place"):
+        phase = generation.maybe_place_transmissions(
+            phase, key_place, task.astype(jnp.int32), phase.pending, jnp.asarray(0, jnp.int32))
     e = phase.enemies
     phase = eqx.tree_at(
         lambda s: (s.pending, s.enemies.disabled, s.enemies.stunned), phase,
@@ -441,4 +500,4 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]) ->
     merged = eqx.tree_at(lambda s: (s.step_active, s.history), merged,
                          (state.step_active & ~swallowed, state.history),
                          is_leaf=lambda x: x is None)
-    return push_snapshot(merged, snapshot_of(merged), executed)
+    return merged, executed

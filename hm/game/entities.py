@@ -20,6 +20,16 @@ def count(entities: EntityList) -> Int32[Array, ""]:
     return jnp.sum(entities.alive, dtype=jnp.int32)
 
 
+def is_compact(entities: EntityList) -> Bool[Array, ""]:
+    """Whether the list is compact: no dead slot before a live one, dead slots all zero."""
+    hole = jnp.any(entities.alive[1:] & ~entities.alive[:-1])
+    dead = ~entities.alive
+    litter = jnp.zeros_like(dead)
+    for x in jax.tree.leaves(entities):
+        litter = litter | (dead & (x != jnp.zeros((), x.dtype)))
+    return ~hole & ~jnp.any(litter)
+
+
 def compact(entities: EntityList) -> EntityList:
     """Move live entries to the front in their list order and zero the rest.
 

@@ -46,11 +46,10 @@ from jaxtyping import Array, Bool, Int32, PRNGKeyArray, UInt32
 from hm.game import batching, bitboard, entities
 from hm.game import constants as C
 from hm.game.state import (
+    EMPTY_TOP,
     GameState,
     Transmissions,
     bare_state,
-    empty_history,
-    snapshot_of,
 )
 
 _HALF = C.NUM_CELLS // 2
@@ -511,12 +510,14 @@ def _initialise_stage(state: GameState, active: Bool[Array, ""], key: PRNGKeyArr
     board = _stage_board(state, seeds[:_NUM_STREAMS], active)
     false = jnp.asarray(False)
     zero = jnp.int32(0)
+    # The history is emptied without touching its snapshots (see `empty_history`), which
+    # keeps them out of the batched update of `batching.where_selected`.
     state = eqx.tree_at(
         lambda s: (s.board, s.turn, s.next_task, s.show, s.calm, s.step_active, s.atk_uses,
-                   s.history),
+                   s.history.top, s.history.depth),
         state,
         (board, zero, state.interval, false, false, false, zero,
-         empty_history(snapshot_of(state))))
+         jnp.int32(EMPTY_TOP), zero))
     plain = jnp.where(active, state.stage, 0)
     return _place(state, seeds[_NUM_STREAMS:], zero, zero, plain)
 
@@ -577,52 +578,6 @@ def _new_game(key: PRNGKeyArray, active: Bool[Array, ""]) -> GameState:
 # Applying a rule to the games that need it.
 
 
-def _where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
-    """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
-
-    `rule(state, active, *args)` must be a state update that is cheap when `active` is
-    false (its result is then discarded). Unbatched, `maybe` is a `lax.cond`. Batched, it
-    runs `rule` only on the selected games: gathered `chunk` at a time (≈ batch /
-    `chunk_divisor`), updated with `vmap(rule)` and the changed fields scattered back in
-    place, once per chunk of selected games (never when none is selected). Padding entries
-    of the last chunk run with `active` false and are dropped.
-    """
-
-    def batched(axis_size, state, pred, *args):
-        chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
-        chunks = math.ceil(axis_size / chunk)
-        n_selected = jnp.sum(pred, dtype=jnp.int32)
-
-        def update_chunk(c, state):
-            # Recomputed per chunk (there is usually one), so that a batch selecting no
-            # game pays for the sum above and nothing else.
-            order = jnp.where(pred, _prefix_sum(pred) - 1, chunks * chunk)
-            selected = jnp.full(chunks * chunk, axis_size, jnp.int32).at[order].set(
-                jnp.arange(axis_size, dtype=jnp.int32), mode="drop")
-            index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
-            real = index < axis_size
-            source = jnp.where(real, index, selected[0])
-            take = lambda x: x[source]
-            taken = jax.tree.map(take, state)
-            updated = jax.vmap(rule)(taken, real, *jax.tree.map(take, args))
-            # Leaves the rule passed through untouched are neither gathered nor scattered.
-            return jax.tree.map(
-                lambda x, before, after: x if after is before
-                else x.at[index].set(after, mode="drop"), state, taken, updated)
-
-        n_chunks = (n_selected + chunk - 1) // chunk
-        _, state = batching.while_needed(
-            chunks, lambda carry: carry[0] < n_chunks,
-            lambda carry: (carry[0] + 1, update_chunk(*carry)), (jnp.int32(0), state))
-        return state
-
-    @batching.custom_batching(batched)
-    def maybe(state, pred, *args):
-        return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
-
-    return maybe
-
-
 def _place_where_active(state, active, key, n_task, n_siphon, n_plain):
     zero = jnp.int32(0)
     return place_transmissions(state, key, jnp.where(active, n_task, zero),
@@ -635,9 +590,9 @@ def _new_game_where_active(state, active, key):
     return _new_game(key, active)
 
 
-_maybe_complete_stage = _where_selected(_complete_stage, 32, 8)
-_maybe_place_transmissions = _where_selected(_place_where_active, 8, 8)
-_maybe_new_game = _where_selected(_new_game_where_active, 64, 8)
+_maybe_complete_stage = batching.where_selected(_complete_stage, 32, 8)
+_maybe_place_transmissions = batching.where_selected(_place_where_active, 8, 8)
+_maybe_new_game = batching.where_selected(_new_game_where_active, 64, 8)
 
 
 def maybe_complete_stage(state: GameState, completed: Bool[Array, ""],

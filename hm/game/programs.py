@@ -476,22 +476,6 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, "R"],
 
 # --------------------------------------------------------------------------- batch
 
-def _prefix_count(flags: Bool[Array, "B"]) -> Int32[Array, "B"]:
-    """Inclusive prefix count of `flags`, exact, by blocks of 32 with two small
-    triangular matrix products (`cumsum` is a quadratic reduce-window on CPU)."""
-    batch = flags.shape[0]
-    width = min(32, batch)
-    padded = math.ceil(batch / width) * width
-    x = jnp.zeros(padded, jnp.float32).at[:batch].set(flags.astype(jnp.float32))
-    x = x.reshape(-1, width)
-    hi = jax.lax.Precision.HIGHEST
-    inner = jnp.dot(x, jnp.asarray(np.triu(np.ones((width, width), np.float32))), precision=hi)
-    blocks = x.shape[0]
-    before = jnp.dot(inner[:, -1], jnp.asarray(np.triu(np.ones((blocks, blocks), np.float32), 1)),
-                     precision=hi)
-    return (inner + before[:, None]).reshape(padded)[:batch].astype(jnp.int32)
-
-
 def _sparse_roles(changed: _Changed) -> _Changed:
     """What the sparse programs do to each leaf: "effect" (some program other than UNDO
     may change it), "undo" (only UNDO changes it: elsewhere the dense result stands) or
@@ -519,7 +503,7 @@ def _run_batch(state: GameState, program: Int32[Array, "B"], key: UInt32[Array, 
     sparse = jnp.asarray(_IS_SPARSE)[program]
     n_sparse = jnp.sum(sparse, dtype=jnp.int32)
     # The sparse games in batch order: order[k] is the k-th (batch: none).
-    rank = jnp.where(sparse, _prefix_count(sparse) - 1, chunks * rows)
+    rank = jnp.where(sparse, batching.prefix_count(sparse) - 1, chunks * rows)
     order = jnp.full(chunks * rows, batch, jnp.int32).at[rank].set(
         jnp.arange(batch, dtype=jnp.int32), mode="drop")
     snapshots, top = state.history.snapshots, state.history.top

@@ -165,12 +165,20 @@ def snapshot_of(state: GameState) -> Snapshot:
                     calm=state.calm, atk_uses=state.atk_uses)
 
 
+# `top` of an empty stack: the first push goes to slot 0.
+EMPTY_TOP = C.HISTORY_CAPACITY - 1
+
+
 def empty_history(example: Snapshot) -> History:
-    """An empty stack whose H slots are zeroed copies of `example`'s shapes."""
+    """An empty stack whose H slots are zeroed copies of `example`'s shapes.
+
+    A stack is emptied as well by setting `top` to `EMPTY_TOP` and `depth` to 0 alone:
+    slots past the depth are never read.
+    """
 
     snapshots = jax.tree.map(
         lambda x: jnp.zeros((C.HISTORY_CAPACITY,) + x.shape, x.dtype), example)
-    return History(snapshots=snapshots, top=_i32(C.HISTORY_CAPACITY - 1), depth=_i32(0))
+    return History(snapshots=snapshots, top=_i32(EMPTY_TOP), depth=_i32(0))
 
 
 def bare_state(row=0, col=0) -> GameState:

@@ -68,6 +68,10 @@ class AbstractEnv(eqx.Module):
     def observe(self, state: PyTree) -> Float[Array, " obs"]:
         """The flat observation of `state`."""
 
+    def restart(self, done: Bool[Array, ""], state: PyTree, fresh: PyTree) -> PyTree:
+        """`fresh` (a new episode from `reset`) where `done`, else `state`."""
+        return jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state)
+
     def encode_obs(self, obs: Float[Array, " obs"]) -> PyTree:
         """A compact form of `obs` for the rollout buffer; `decode_obs` inverts it exactly."""
         return obs
@@ -162,6 +166,11 @@ class HackMatrixEnv(_HackMatrixShaped):
         from hm import game
 
         return game.legal_actions(state)
+
+    def restart(self, done, state, fresh):
+        from hm import game
+
+        return game.restart(done, state, fresh)
 
     def observe(self, state):
         from hm import game
@@ -329,7 +338,8 @@ def vector_step(
     episode_length = envs.episode_length + 1
     truncated = ~done & (episode_length >= max_episode_steps)
     finished = done | truncated
-    state, next_obs = _select(finished, (fresh.state, fresh.obs), (state, obs))
+    state = jax.vmap(env.restart)(finished, state, fresh.state)
+    next_obs = _select(finished, fresh.obs, obs)
     # after the swap, so the (possibly costly) mask is traced once, not also for the pool
     mask = jax.vmap(env.legal_actions)(state)
     new = VecEnvState(

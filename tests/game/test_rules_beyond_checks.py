@@ -3,12 +3,14 @@
 PUSH/PULL collision winners (§9.1), D_BOM's fixed splash damage (§9.16), UNDO losing
 origin flags (§9.10 [QUIRK]), history cleared at a stage change (§9.10 [RESOLUTION]),
 bounded history (§9.10), STEP keeping stuns across a swallowed phase (§10), line of
-fire hitting the first transmission before an enemy on the same cell (§7), and an
-out-of-range action (§3).
+fire hitting the first transmission before an enemy on the same cell (§7), an
+out-of-range action (§3), and `restart` (auto-reset) giving the new game itself.
 """
 
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -140,3 +142,30 @@ def test_out_of_range_action_is_illegal(g, action):
     s, obs, r, done, info = g.step(s0, action)
     assert bool(done) and float(r) == 0.0 and bool(info["illegal"])
     assert game.to_dict(s) == game.to_dict(s0)
+
+
+def test_restart_is_the_new_game_where_done(g):
+    # A game with a non-empty UNDO stack, restarted to a new game: the same game as the
+    # new one (its stack is empty, the old snapshots are never read), step for step.
+    WAIT, UNDO = g.ACTION["WAIT"], g.ACTION["UNDO"]
+    s = game.from_dict(g.scenario(0, 0, credits=20, energy=20, ownedPrograms=[WAIT, UNDO]))
+    for _ in range(3):
+        s, *_ = g.step(s, WAIT)
+    assert int(s.history.depth) == 3
+    fresh, _ = jax.jit(game.reset)(jax.random.key(7))
+    restarted = jax.jit(game.restart)(jnp.asarray(True), s, fresh)
+    assert game.to_dict(restarted) == game.to_dict(fresh)
+    assert (int(restarted.history.depth), int(restarted.history.top)) == (
+        int(fresh.history.depth), int(fresh.history.top))
+    a, b = restarted, fresh
+    for i, action in enumerate([WAIT, 0, 3, UNDO, 1, 4]):
+        if not bool(g.legal(a)[action]):
+            continue
+        assert np.array_equal(np.asarray(g.legal(a)), np.asarray(g.legal(b)))
+        key = jax.random.key(100 + i)
+        a, obs_a, r_a, *_ = g.step(a, action, key)
+        b, obs_b, r_b, *_ = g.step(b, action, key)
+        assert game.to_dict(a) == game.to_dict(b) and float(r_a) == float(r_b)
+        assert np.array_equal(np.asarray(obs_a.flat()), np.asarray(obs_b.flat()))
+    kept = jax.jit(game.restart)(jnp.asarray(False), s, fresh)
+    assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(kept), jax.tree.leaves(s)))

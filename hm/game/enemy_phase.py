@@ -66,7 +66,6 @@ _ACTIVATION_GROUP = 8     # activations skipped as a whole once no game of the b
 # B / divisor lanes, the games that have them (most games have one or two activations).
 _TIERS = ((2, 1), (2 * C.MAX_ENEMIES, 16))
 _MIN_LANES = 8
-_LEVEL_GROUP = 1          # breadth-first levels run between checks that a search goes on
 
 Words = tuple[UInt32[Array, " B"], UInt32[Array, " B"]]
 
@@ -152,28 +151,21 @@ def _search(source: Words, passable: Words, stop: Callable, levels: Callable, ca
     """Breadth-first search from `source` over `passable` cells, level by level.
 
     `levels(level, frontier, carry)` sees each new frontier; the search of a lane ends when
-    its frontier is empty or `stop(carry)` holds, and the loop ends when every lane's has.
+    its frontier is empty or `stop(carry)` holds, and the loop ends when every lane's has
+    (`batching.while_needed`: the levels not needed cost a few skipped `cond`s).
     """
-    def level(i, state):
-        visited, frontier, carry = state
+    def level(state):
+        i, visited, frontier, carry = state
         frontier = _and(_and(_dilate(frontier), passable), _not(visited))
-        return _or(visited, frontier), frontier, levels(i + 1, frontier, carry)
-
-    def levels_group(g, state):
-        for k in range(_LEVEL_GROUP):
-            state = level(g * _LEVEL_GROUP + k, state)
-        return state
+        return i + 1, _or(visited, frontier), frontier, levels(i + 1, frontier, carry)
 
     def going(state):
-        _, frontier, carry = state
+        _, _, frontier, carry = state
         return jnp.any(((frontier[0] | frontier[1]) != 0) & ~stop(carry))
 
-    def maybe_group(g, state):
-        return jax.lax.cond(going(state), lambda s: levels_group(g, s), lambda s: s, state)
-
-    state = (source, source, carry)
-    groups = -(-bitboard.MAX_DISTANCE // _LEVEL_GROUP)
-    return jax.lax.fori_loop(0, groups, maybe_group, state)
+    _, visited, frontier, carry = batching.while_needed(
+        bitboard.MAX_DISTANCE, going, level, (jnp.int32(0), source, source, carry))
+    return visited, frontier, carry
 
 
 def _distance_planes(source: Words, passable: Words) -> tuple[Words, list[Words]]:

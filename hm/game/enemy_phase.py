@@ -128,6 +128,12 @@ def _count_add(planes: list[Words], b: Words, sign: int) -> list[Words]:
     return out
 
 
+def _move_counts(planes: list[Words], moved: tuple[Words, Words]) -> list[Words]:
+    """The counts after one enemy moved from the cell of `moved[0]` to that of `moved[1]`
+    (both empty: no move)."""
+    return _count_add(_count_add(planes, moved[0], -1), moved[1], 1)
+
+
 def _skipping_loop(count: int, group: int, needed: Callable, body: Callable, carry):
     """`body(i, carry)` for i in 0..count−1, skipping groups and members not `needed(i, carry)`.
 
@@ -209,7 +215,11 @@ def _activation(i, carry, lanes: _Lanes):
 
     Integer division is not vectorised on CPU, so rows and columns are carried apart.
     """
-    position, keys, planes, hp, attacked = carry
+    position, keys, planes, hp, attacked, moved = carry
+    # The previous activation's move, applied to the counts now: as a loop-carried value
+    # it is computed once, where applying it at the end of that activation had XLA
+    # recompute the whole movement decision inside every count-plane update.
+    planes = _move_counts(planes, moved)
     lane = jnp.arange(hp.shape[0])
     # The next enemy: the smallest key not yet taken (taken keys are set to _NO_KEY).
     key = jnp.min(keys, axis=0)
@@ -279,10 +289,9 @@ def _activation(i, carry, lanes: _Lanes):
     moves = moving & (choice >= 0)
     delta = jnp.asarray(C.DIRECTION_DELTAS)[choice.clip(0, 3)]
     tr, tc = r + delta[:, 0], c + delta[:, 1]
-    planes = _count_add(planes, jax.tree.map(lambda w: jnp.where(moves, w, 0), here), -1)
-    planes = _count_add(planes, _bit(tr * C.COLS + tc, moves), 1)
+    moved = (jax.tree.map(lambda w: jnp.where(moves, w, 0), here), _bit(tr * C.COLS + tc, moves))
     position = position.at[slot, lane].set(jnp.where(moves, (tr << 3) | tc, at))
-    return position, keys, planes, hp, attacked
+    return position, keys, planes, hp, attacked, moved
 
 
 def _take_lanes(tree, lane):
@@ -341,12 +350,12 @@ def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool
     crowd = (jnp.zeros(row.shape, jnp.int32)
              .at[row * C.COLS + col, lane].add(alive.astype(jnp.int32)))
     planes = [_pack(((crowd >> j) & 1) == 1) for j in range(_PLANES)]
-    carry = ((row << 3) | col, lanes.keys, planes, hp, (zero, zero))
+    carry = ((row << 3) | col, lanes.keys, planes, hp, (zero, zero), ((zero, zero), (zero, zero)))
     start = 0
     for stop, divisor in _TIERS:
         carry = _run_tier(carry, lanes, start, stop, divisor)
         start = stop
-    position, _, _, hp, _ = carry
+    position, _, _, hp, _, _ = carry
     return position >> 3, position & 7, hp
 
 

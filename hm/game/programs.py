@@ -508,7 +508,8 @@ def _run_batch(state: GameState, program: Int32[Array, "B"], key: UInt32[Array, 
         jnp.arange(batch, dtype=jnp.int32), mode="drop")
     snapshots, top = state.history.snapshots, state.history.top
 
-    def chunk(i, out):
+    def chunk(carry):
+        i, out = carry
         index = jax.lax.dynamic_slice(order, (i * rows,), (rows,))
         safe = jnp.minimum(index, batch - 1)
 
@@ -531,13 +532,12 @@ def _run_batch(state: GameState, program: Int32[Array, "B"], key: UInt32[Array, 
 
             return jax.tree.map(put, _sparse_roles(out), out, effect, undone)
 
-        return jax.lax.cond(n_sparse > i * rows, run, lambda o: o, out)
+        return i + 1, run(out)
 
-    out = chunk(0, out)
-    if chunks > 1:
-        out = jax.lax.cond(n_sparse > rows,
-                           lambda o: jax.lax.fori_loop(1, chunks, chunk, o),
-                           lambda o: o, out)
+    # One instance of the sparse programs (they are most of this module's compiled code),
+    # run once per chunk of games that need them.
+    _, out = batching.while_needed(chunks, lambda carry: n_sparse > carry[0] * rows, chunk,
+                                   (jnp.int32(0), out))
     return out
 
 

@@ -188,3 +188,34 @@ def test_no_while_loop_in_the_env():
     }
     for name, closed in programs.items():
         assert "while" not in _primitives(closed.jaxpr), name
+
+
+def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):
+    """`vmap(step)` runs its own code under `vmap` (batch-wide skipping, games gathered
+    into narrower lanes or chunks and scattered back); it must give, game by game, what
+    `step` gives for that game alone, history included.
+
+    Late states of the rollout, each taking a legal program when it has one (the sparse
+    programs, removals to compact), else a random legal action; the batch has enough games
+    with three or more activations to need several chunks of the narrow activation lanes.
+    """
+    _, sample, _, _ = rollout
+    states = jax.tree.map(lambda x: jnp.asarray(x[-1]), sample)
+    e = states.enemies
+    ready = jnp.sum(e.alive & (e.disabled == 0) & ~e.stunned, axis=1)
+    assert int(jnp.sum(ready > 2)) > GAMES // 16        # more than one 16-lane chunk
+    key = jax.random.key(99)
+    mask = jax.vmap(game.legal_actions)(states)
+    programs = mask.at[:, :C.PROGRAM_ACTION_OFFSET].set(False)
+    any_program = jnp.any(programs, axis=1, keepdims=True)
+    actions = _sample_actions(key, jnp.where(any_program, programs, mask))
+    keys = jax.random.split(jax.random.fold_in(key, 1), GAMES)
+    batched = jax.jit(jax.vmap(game.step))(states, actions, keys)
+    for i in range(GAMES):
+        alone = jitted.step(_unstack_one(states, i), actions[i], keys[i])
+        for x, y in zip(jax.tree.leaves(alone), jax.tree.leaves(_unstack_one(batched, i))):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"game {i}")
+
+
+def _unstack_one(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)

@@ -110,20 +110,6 @@ def prefix_count(flags: Bool[Array, "B"]) -> Int32[Array, "B"]:
     return (inner + before[:, None]).reshape(padded)[:batch].astype(jnp.int32)
 
 
-def changed_leaves(rule: Callable, state, pred, args) -> list[bool]:
-    """For each leaf of `state` (batched), whether `rule` may change it: False for the
-    leaves it returns as they were given (found by tracing it once, abstractly)."""
-    flags = []
-
-    def probe(state, pred, args):
-        out = jax.vmap(rule)(state, pred, *args)
-        flags.extend(a is not b for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(out)))
-        return out
-
-    jax.eval_shape(probe, state, pred, args)
-    return flags
-
-
 def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
     """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
 
@@ -139,6 +125,23 @@ def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
         chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
         chunks = math.ceil(axis_size / chunk)
         n_selected = jnp.sum(pred, dtype=jnp.int32)
+        # `rule` on one chunk, traced once: the loop body evaluates this jaxpr, and the
+        # leaves it passes through untouched are read off its outputs.
+        leaves, tree = jax.tree.flatten(state)
+        in_leaves, in_tree = jax.tree.flatten((state, pred, args))
+
+        def on_leaves(*xs):
+            st, p, a = jax.tree.unflatten(in_tree, xs)
+            return jax.tree.leaves(jax.vmap(rule)(st, p, *a))
+
+        on_chunk = jax.make_jaxpr(on_leaves)(
+            *(jax.ShapeDtypeStruct((chunk,) + x.shape[1:], x.dtype) for x in in_leaves))
+        invars = on_chunk.jaxpr.invars[:len(leaves)]
+        changed = [out is not var for out, var in zip(on_chunk.jaxpr.outvars, invars)]
+
+        def run_rule(taken, real, taken_args):
+            flat = jax.tree.leaves((taken, real, taken_args))
+            return tree.unflatten(jax.core.eval_jaxpr(on_chunk.jaxpr, on_chunk.consts, *flat))
 
         def update_chunk(c, state):
             # Recomputed per chunk (there is usually one), so that a batch selecting no
@@ -151,7 +154,7 @@ def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
             source = jnp.where(real, index, selected[0])
             take = lambda x: x[source]
             taken = jax.tree.map(take, state)
-            updated = jax.vmap(rule)(taken, real, *jax.tree.map(take, args))
+            updated = run_rule(taken, real, jax.tree.map(take, args))
             # Leaves the rule passed through untouched are neither gathered nor scattered.
             return jax.tree.map(
                 lambda x, before, after: x if after is before
@@ -159,8 +162,6 @@ def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
 
         # Only the leaves the rule changes are carried through the loop: a loop carrying
         # the UNDO history would copy it whole every step.
-        leaves, tree = jax.tree.flatten(state)
-        changed = changed_leaves(rule, state, pred, args)
         fixed = {i: x for i, x in enumerate(leaves) if not changed[i]}
 
         def rebuild(carried):

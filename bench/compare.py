@@ -12,7 +12,6 @@ import json
 import pathlib
 import statistics
 import sys
-from typing import Any
 
 from tap import Tap
 

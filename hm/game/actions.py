@@ -79,10 +79,6 @@ def _entity_words(entities, *flags: Bool[Array, "N"]
     return _or_reduce(lo, hi, flag)
 
 
-def _meets(lo: UInt32[Array, ""], hi: UInt32[Array, ""],
-           mask_lo: UInt32[Array, ""], mask_hi: UInt32[Array, ""]) -> Bool[Array, ""]:
-    return ((lo & mask_lo) | (hi & mask_hi)) != 0
-
 
 class _Occupancy(eqx.Module):
     """Bitboards and flags the legality rules need, each from one pass over a list."""
@@ -128,7 +124,7 @@ def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
     p = state.player
     here = player_cell(state)
     s_lo, s_hi = jnp.asarray(_SURROUNDING_LO)[here], jnp.asarray(_SURROUNDING_HI)[here]
-    crash = _meets(o.block_lo | o.enemy_lo | o.transmission_lo,
+    crash = bitboard.meets(o.block_lo | o.enemy_lo | o.transmission_lo,
                    o.block_hi | o.enemy_hi | o.transmission_hi, s_lo, s_hi)
     any_enemy, any_transmission = o.any_enemy, o.any_transmission
     conditions = [
@@ -138,10 +134,10 @@ def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
         any_enemy | any_transmission,                                 # WARP
         any_enemy,                                                    # POLY
         jnp.asarray(True),                                            # WAIT
-        _meets(o.enemy_lo, o.enemy_hi, o.block_lo, o.block_hi),       # DEBUG
-        _meets(o.enemy_lo, o.enemy_hi,                                # ROW
+        bitboard.meets(o.enemy_lo, o.enemy_hi, o.block_lo, o.block_hi),       # DEBUG
+        bitboard.meets(o.enemy_lo, o.enemy_hi,                                # ROW
                jnp.asarray(_ROW_LO)[here], jnp.asarray(_ROW_HI)[here]),
-        _meets(o.enemy_lo, o.enemy_hi,                                # COL
+        bitboard.meets(o.enemy_lo, o.enemy_hi,                                # COL
                jnp.asarray(_COL_LO)[here], jnp.asarray(_COL_HI)[here]),
         state.history.depth > 0,                                      # UNDO
         jnp.asarray(True),                                            # STEP

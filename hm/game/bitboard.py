@@ -35,6 +35,17 @@ def to_mask(board: UInt32[Array, "2"]) -> Bool[Array, "36"]:
     return ((board[:, None] >> _SHIFTS[None, :]) & np.uint32(1)).astype(bool).reshape(C.NUM_CELLS)
 
 
+def popcount(words: UInt32[Array, "*s"]) -> Int32[Array, "*s"]:
+    """Cells set in each word (sum over a board's words for its cell count)."""
+    return jax.lax.population_count(words).astype(jnp.int32)
+
+
+def meets(lo: UInt32[Array, "*s"], hi: UInt32[Array, "*s"],
+          other_lo: UInt32[Array, "*s"], other_hi: UInt32[Array, "*s"]) -> Bool[Array, "*s"]:
+    """Whether the bitboards (lo, hi) and (other_lo, other_hi) share a cell."""
+    return ((lo & other_lo) | (hi & other_hi)) != 0
+
+
 def cell_words(cell: Int[Array, "*s"]) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
     """The two words of the bitboard holding only `cell` (nothing outside 0..35).
 

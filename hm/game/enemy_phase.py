@@ -76,7 +76,7 @@ def _bit(cell: Int32[Array, "*s"], on: Bool[Array, "*s"]) -> Words:
 
 
 def _meets(a: Words, b: Words) -> Bool[Array, " B"]:
-    return ((a[0] & b[0]) | (a[1] & b[1])) != 0
+    return bitboard.meets(*a, *b)
 
 
 def _or(a: Words, b: Words) -> Words:

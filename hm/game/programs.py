@@ -143,10 +143,6 @@ def _cells_first_free(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"],
     return free_lo, free_hi
 
 
-def _popcount(x: UInt32[Array, "R"]) -> Int32[Array, "R"]:
-    return jax.lax.population_count(x).astype(jnp.int32)
-
-
 # --------------------------------------------------------------------------- random draws
 
 def _rotl(x, d: int):
@@ -397,8 +393,8 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, "R"],
     t_swept = t.alive & _holds(*t_sweep, tcell)
     e_free = _cells_first_free(ecell, e.alive, e.from_task)
     t_free = _cells_first_free(tcell, t.alive, t.from_task)
-    sweep_kills = (_popcount(e_free[0] & e_sweep[0]) + _popcount(e_free[1] & e_sweep[1])
-                   + _popcount(t_free[0] & t_sweep[0]) + _popcount(t_free[1] & t_sweep[1]))
+    sweep_kills = (bitboard.popcount(e_free[0] & e_sweep[0]) + bitboard.popcount(e_free[1] & e_sweep[1])
+                   + bitboard.popcount(t_free[0] & t_sweep[0]) + bitboard.popcount(t_free[1] & t_sweep[1]))
 
     # --- D_BOM: the nearest daemon (earliest on ties) is removed outright ---
     manhattan = jnp.abs(erow - _column(p.row)) + jnp.abs(ecol - _column(p.col))

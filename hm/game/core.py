@@ -45,6 +45,22 @@ def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameSt
                        is_leaf=lambda x: x is None)
 
 
+def _keep_legal(is_legal: Bool[Array, ""], acted: GameState, state: GameState) -> GameState:
+    """`acted` if the action was legal, else `state`. Under `vmap` there is no select at all
+    when every game's action was legal (a masked policy's always are). The UNDO snapshots,
+    which no rule of a step writes, are the same in both and stay out of it."""
+    without = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
+    merged = _select_unless_all(is_legal, without(acted), without(state))
+    return eqx.tree_at(lambda s: s.history.snapshots, merged, state.history.snapshots,
+                       is_leaf=lambda x: x is None)
+
+
+@batching.custom_batching(lambda _, pred, a, b: jax.lax.cond(
+    jnp.all(pred), lambda: a, lambda: jax.vmap(batching.select)(pred, a, b)))
+def _select_unless_all(pred, a, b):
+    return batching.select(pred, a, b)
+
+
 def reset(key: Key[Array, ""]) -> tuple[GameState, Observation]:
     """A new game (§12.5) and its observation."""
     state = generation.new_game(key)
@@ -103,7 +119,7 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     # No rule above writes the UNDO snapshots (a stage change empties the stack by its
     # depth), so this select skips them and the push below writes them in place.
     with jax.named_scope("keep_legal"):
-        new_state = batching.select(is_legal, acted, state)
+        new_state = _keep_legal(is_legal, acted, state)
         new_state = push_snapshot(new_state, snapshot_of(new_state), is_legal & phase_executed)
     info = {
         "reward_terms": {k: jnp.where(is_legal, v, 0.0) for k, v in terms.items()},

@@ -196,7 +196,8 @@ def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):
     `step` gives for that game alone, history included.
 
     Late states of the rollout, each taking a legal program when it has one (the sparse
-    programs, removals to compact), else a random legal action; the batch has enough games
+    programs, removals to compact), else a random legal action, and a few an illegal
+    action (the state is kept); the batch has enough games
     with three or more activations to need several chunks of the narrow activation lanes.
     """
     _, sample, _, _ = rollout
@@ -209,6 +210,11 @@ def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):
     programs = mask.at[:, :C.PROGRAM_ACTION_OFFSET].set(False)
     any_program = jnp.any(programs, axis=1, keepdims=True)
     actions = _sample_actions(key, jnp.where(any_program, programs, mask))
+    # A few games take an illegal action (the state must stay as it was).
+    illegal = _sample_actions(jax.random.fold_in(key, 2), ~mask)
+    some = (jnp.arange(GAMES) % 17 == 0) & jnp.any(~mask, axis=1)
+    actions = jnp.where(some, illegal, actions)
+    assert int(jnp.sum(some)) > 0
     keys = jax.random.split(jax.random.fold_in(key, 1), GAMES)
     batched = jax.jit(jax.vmap(game.step))(states, actions, keys)
     for i in range(GAMES):

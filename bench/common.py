@@ -50,23 +50,33 @@ def time_calls(fn: Any, carry: Carry, repeats: int) -> tuple[Timing, Carry]:
     Returns:
         The timing, and the carry after the last call.
     """
+    return time_calls_interleaved([fn], [carry], repeats)[0]
+
+
+def time_calls_interleaved(fns: list[Any], carries: list[Any], repeats: int
+                           ) -> list[tuple[Timing, Any]]:
+    """`time_calls` for several functions whose timed calls alternate (one call of each per
+    round), so that a machine whose speed drifts affects all of them alike and their
+    ratios hold. Each is compiled, then called once untimed, before the first round."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    start = time.perf_counter()
-    compiled = fn.lower(carry).compile()
-    compile_s = time.perf_counter() - start
-
-    start = time.perf_counter()
-    carry = jax.block_until_ready(compiled(carry))
-    first_call_s = time.perf_counter() - start
-
-    seconds = []
-    for _ in range(repeats):
+    compiled, compile_s, first_call_s, seconds = [], [], [], [[] for _ in fns]
+    carries = list(carries)
+    for i, fn in enumerate(fns):
         start = time.perf_counter()
-        carry = jax.block_until_ready(compiled(carry))
-        seconds.append(time.perf_counter() - start)
-    timing = Timing(compile_s, first_call_s, statistics.median(seconds), peak_rss_mb())
-    return timing, carry
+        compiled.append(fn.lower(carries[i]).compile())
+        compile_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        carries[i] = jax.block_until_ready(compiled[i](carries[i]))
+        first_call_s.append(time.perf_counter() - start)
+    for _ in range(repeats):
+        for i in range(len(fns)):
+            start = time.perf_counter()
+            carries[i] = jax.block_until_ready(compiled[i](carries[i]))
+            seconds[i].append(time.perf_counter() - start)
+    rss = peak_rss_mb()
+    return [(Timing(compile_s[i], first_call_s[i], statistics.median(seconds[i]), rss), carries[i])
+            for i in range(len(fns))]
 
 
 def peak_rss_mb() -> float:

@@ -60,3 +60,21 @@ def test_batch_mesh_refuses_more_devices_than_exist():
     with pytest.raises(ValueError):
         common.batch_mesh(len(jax.devices()) + 1, "envs")
     assert common.batch_mesh(1, "envs").shape == {"envs": 1}
+
+
+def test_interleaved_calls_alternate_and_each_feeds_its_own_output():
+    calls = []
+
+    def counter(step):
+        def add(x):
+            jax.debug.callback(lambda: calls.append(step))
+            return x + step
+        return jax.jit(add)
+
+    timed = common.time_calls_interleaved([counter(1), counter(10)],
+                                          [jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)],
+                                          repeats=3)
+
+    assert [int(carry) for _, carry in timed] == [4, 40]     # 1 untimed + 3 timed calls each
+    assert calls == [1, 10] + [1, 10] * 3                     # warm-up, then alternating rounds
+    assert all(t.median_s > 0 and t.compile_s > 0 for t, _ in timed)

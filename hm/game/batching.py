@@ -110,6 +110,37 @@ def prefix_count(flags: Bool[Array, "B"]) -> Int32[Array, "B"]:
     return (inner + before[:, None]).reshape(padded)[:batch].astype(jnp.int32)
 
 
+def selected_chunk(selected: Bool[Array, " B"], width: int, c) -> Int32[Array, " width"]:
+    """Chunk `c` of the indices of the `selected` entries, `width` of them, in batch order.
+
+    Entries past the last selected one are B, out of range: a gather must clip them and a
+    scatter with `mode="drop"` skips them.
+    """
+    batch = selected.shape[0]
+    chunks = math.ceil(batch / width)
+    rank = jnp.where(selected, prefix_count(selected) - 1, chunks * width)
+    order = jnp.full(chunks * width, batch, jnp.int32).at[rank].set(
+        jnp.arange(batch, dtype=jnp.int32), mode="drop")
+    return jax.lax.dynamic_slice(order, (c * width,), (width,))
+
+
+def for_selected_chunks(selected: Bool[Array, " B"], width: int, body: Callable, carry):
+    """`carry = body(index, carry)` for each chunk `index` of the selected entries'
+    indices (`selected_chunk`), skipping the chunks that hold none (`while_needed`).
+
+    The chunk's indices are computed in the loop, so that a batch selecting nothing pays
+    for one sum and nothing else.
+    """
+    chunks = math.ceil(selected.shape[0] / width)
+    n_chunks = (jnp.sum(selected, dtype=jnp.int32) + width - 1) // width
+
+    def run(state):
+        c, carry = state
+        return c + 1, body(selected_chunk(selected, width, c), carry)
+
+    return while_needed(chunks, lambda state: state[0] < n_chunks, run, (jnp.int32(0), carry))[1]
+
+
 def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
     """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
 
@@ -123,8 +154,6 @@ def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
 
     def batched(axis_size, state, pred, *args):
         chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
-        chunks = math.ceil(axis_size / chunk)
-        n_selected = jnp.sum(pred, dtype=jnp.int32)
         # `rule` on one chunk, traced once: the loop body evaluates this jaxpr, and the
         # leaves it passes through untouched are read off its outputs.
         leaves, tree = jax.tree.flatten(state)
@@ -138,47 +167,27 @@ def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
             *(jax.ShapeDtypeStruct((chunk,) + x.shape[1:], x.dtype) for x in in_leaves))
         invars = on_chunk.jaxpr.invars[:len(leaves)]
         changed = [out is not var for out, var in zip(on_chunk.jaxpr.outvars, invars)]
-
-        def run_rule(taken, real, taken_args):
-            flat = jax.tree.leaves((taken, real, taken_args))
-            return tree.unflatten(jax.core.eval_jaxpr(on_chunk.jaxpr, on_chunk.consts, *flat))
-
-        def update_chunk(c, state):
-            # Recomputed per chunk (there is usually one), so that a batch selecting no
-            # game pays for the sum above and nothing else.
-            order = jnp.where(pred, prefix_count(pred) - 1, chunks * chunk)
-            selected = jnp.full(chunks * chunk, axis_size, jnp.int32).at[order].set(
-                jnp.arange(axis_size, dtype=jnp.int32), mode="drop")
-            index = jax.lax.dynamic_slice(selected, (c * chunk,), (chunk,))
-            real = index < axis_size
-            source = jnp.where(real, index, selected[0])
-            take = lambda x: x[source]
-            taken = jax.tree.map(take, state)
-            updated = run_rule(taken, real, jax.tree.map(take, args))
-            # Leaves the rule passed through untouched are neither gathered nor scattered.
-            return jax.tree.map(
-                lambda x, before, after: x if after is before
-                else x.at[index].set(after, mode="drop"), state, taken, updated)
-
         # Only the leaves the rule changes are carried through the loop: a loop carrying
         # the UNDO history would copy it whole every step.
         fixed = {i: x for i, x in enumerate(leaves) if not changed[i]}
 
         def rebuild(carried):
             it = iter(carried)
-            return tree.unflatten([fixed[i] if i in fixed else next(it)
-                                   for i in range(len(leaves))])
+            return [fixed[i] if i in fixed else next(it) for i in range(len(leaves))]
 
-        def body(carry):
-            c, carried = carry
-            new = jax.tree.leaves(update_chunk(c, rebuild(carried)))
-            return c + 1, [x for i, x in enumerate(new) if changed[i]]
+        def update_chunk(index, carried):
+            real = index < axis_size
+            source = jnp.minimum(index, axis_size - 1)
+            take = lambda x: x[source]  # noqa: E731
+            taken = [take(x) for x in rebuild(carried)]
+            flat = taken + jax.tree.leaves((real, jax.tree.map(take, args)))
+            updated = jax.core.eval_jaxpr(on_chunk.jaxpr, on_chunk.consts, *flat)
+            return [x.at[index].set(after, mode="drop")
+                    for i, (x, after) in enumerate(zip(rebuild(carried), updated)) if changed[i]]
 
-        n_chunks = (n_selected + chunk - 1) // chunk
-        _, carried = while_needed(
-            chunks, lambda carry: carry[0] < n_chunks, body,
-            (jnp.int32(0), [x for i, x in enumerate(leaves) if changed[i]]))
-        return rebuild(carried)
+        carried = for_selected_chunks(pred, chunk, update_chunk,
+                                      [x for i, x in enumerate(leaves) if changed[i]])
+        return tree.unflatten(rebuild(carried))
 
     @custom_batching(batched)
     def maybe(state, pred, *args):

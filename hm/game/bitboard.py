@@ -160,8 +160,7 @@ def _distance_lanes(source: UInt32[Array, "B 2"], passable: UInt32[Array, "B 2"]
         i, v_lo, v_hi, f_lo, f_hi, found = carry
         g_lo, g_hi = dilate_words(f_lo, f_hi)
         g_lo, g_hi = g_lo & ~v_lo, g_hi & ~v_hi
-        reached = ((g_lo & t_lo) | (g_hi & t_hi)) != 0
-        found = jnp.where((found < 0) & reached, i + 1, found)
+        found = jnp.where((found < 0) & meets(g_lo, g_hi, t_lo, t_hi), i + 1, found)
         return i + 1, v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi, found
 
     def searching(carry):

@@ -31,28 +31,29 @@ def _compact(state: GameState, active: Bool[Array, ""]) -> GameState:
 _compact_where = batching.where_selected(_compact, 16, 8)
 
 
+def _besides_snapshots(merge, a: GameState, b: GameState) -> GameState:
+    """`merge(a, b)` over every leaf but the UNDO snapshots, which are `b`'s: under `vmap`
+    a select over the stacks (most of a state's bytes) would copy them whole."""
+    without = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
+    return eqx.tree_at(lambda s: s.history.snapshots, merge(without(a), without(b)),
+                       b.history.snapshots, is_leaf=lambda x: x is None)
+
+
 def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameState:
     """`fresh` where `done`, else `state`: the auto-reset of a vectorised environment.
 
     `fresh` must be a new game (`reset`). This is a leafwise `where` except for the UNDO
     snapshots, which stay as in `state`: a new game's stack is empty (depth 0) and slots
-    past the depth are never read, so the game is the same, and the select no longer
-    copies the stacks (most of a state's bytes).
+    past the depth are never read, so the game is the same.
     """
-    keep = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
-    merged = jax.tree.map(lambda a, b: jnp.where(done, a, b), keep(fresh), keep(state))
-    return eqx.tree_at(lambda s: s.history.snapshots, merged, state.history.snapshots,
-                       is_leaf=lambda x: x is None)
+    return _besides_snapshots(lambda f, s: batching.select(done, f, s), fresh, state)
 
 
 def _keep_legal(is_legal: Bool[Array, ""], acted: GameState, state: GameState) -> GameState:
     """`acted` if the action was legal, else `state`. Under `vmap` there is no select at all
-    when every game's action was legal (a masked policy's always are). The UNDO snapshots,
-    which no rule of a step writes, are the same in both and stay out of it."""
-    without = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
-    merged = _select_unless_all(is_legal, without(acted), without(state))
-    return eqx.tree_at(lambda s: s.history.snapshots, merged, state.history.snapshots,
-                       is_leaf=lambda x: x is None)
+    when every game's action was legal (a masked policy's always are). No rule of a step
+    writes the UNDO snapshots, so they are the same in both."""
+    return _besides_snapshots(lambda a, s: _select_unless_all(is_legal, a, s), acted, state)
 
 
 @batching.custom_batching(lambda _, pred, a, b: jax.lax.cond(

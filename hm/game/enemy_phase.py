@@ -320,26 +320,14 @@ def _run_tier(carry, lanes: _Lanes, start: int, stop: int, divisor: int):
 
     if width == batch:
         return run(carry, lanes)
-    needed = lanes.count > start
-    chunks = -(-batch // width)
-    rank = jnp.where(needed, batching.prefix_count(needed) - 1, chunks * width)
-    order = jnp.full(chunks * width, batch, jnp.int32).at[rank].set(
-        jnp.arange(batch, dtype=jnp.int32), mode="drop")
-    n_chunks = (jnp.sum(needed, dtype=jnp.int32) + width - 1) // width
 
-    def chunk(state):
-        c, carry = state
-        index = jax.lax.dynamic_slice(order, (c * width,), (width,))
-        real = index < batch
+    def chunk(index, carry):
         source = jnp.minimum(index, batch - 1)
         part = _take_lanes(lanes, source)
-        part = eqx.tree_at(lambda x: x.count, part, jnp.where(real, part.count, 0))
-        done = run(_take_lanes(carry, source), part)
-        return c + 1, _put_lanes(carry, index, done)
+        part = eqx.tree_at(lambda x: x.count, part, jnp.where(index < batch, part.count, 0))
+        return _put_lanes(carry, index, run(_take_lanes(carry, source), part))
 
-    _, carry = batching.while_needed(chunks, lambda s: s[0] < n_chunks, chunk,
-                                     (jnp.int32(0), carry))
-    return carry
+    return batching.for_selected_chunks(lanes.count > start, width, chunk, carry)
 
 
 def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool[Array, "36 B"],

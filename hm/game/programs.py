@@ -31,7 +31,6 @@ the dense programs rely on live enemies having hp > 0 (they kill no one).
 """
 
 import functools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -491,50 +490,34 @@ def _run_batch(state: GameState, program: Int32[Array, "B"], key: UInt32[Array, 
     """All games' results: the dense programs for every game, then the sparse ones for
     the games that run one, gathered `SPARSE_ROWS` at a time and scattered back."""
     batch = program.shape[0]
-    rows = min(SPARSE_ROWS, batch)
-    chunks = math.ceil(batch / rows)
     g = _game(state)
     out = _dense(g, program)
-
-    sparse = jnp.asarray(_IS_SPARSE)[program]
-    n_sparse = jnp.sum(sparse, dtype=jnp.int32)
-    # The sparse games in batch order: order[k] is the k-th (batch: none).
-    rank = jnp.where(sparse, batching.prefix_count(sparse) - 1, chunks * rows)
-    order = jnp.full(chunks * rows, batch, jnp.int32).at[rank].set(
-        jnp.arange(batch, dtype=jnp.int32), mode="drop")
     snapshots, top = state.history.snapshots, state.history.top
 
-    def chunk(carry):
-        i, out = carry
-        index = jax.lax.dynamic_slice(order, (i * rows,), (rows,))
+    def chunk(index, out):
         safe = jnp.minimum(index, batch - 1)
+        games = jax.tree.map(lambda x: x[safe], g)
+        # One row per game of the flattened `[B * H, ...]` stack: a plain row gather.
+        at = safe * C.HISTORY_CAPACITY + top[safe]
+        snap = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[at], snapshots)
+        effect, undone = _sparse(games, snap, program[safe], key[safe], impl)
+        undo = program[safe] == C.UNDO
+        undo_index = jnp.where(undo, index, batch)
 
-        def run(out):
-            games = jax.tree.map(lambda x: x[safe], g)
-            # One row per game of the flattened `[B * H, ...]` stack: a plain row gather.
-            at = safe * C.HISTORY_CAPACITY + top[safe]
-            snap = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[at], snapshots)
-            effect, undone = _sparse(games, snap, program[safe], key[safe], impl)
-            undo = program[safe] == C.UNDO
-            undo_index = jnp.where(undo, index, batch)
+        def put(role, x, changed, restored):
+            if role == "kept":
+                return x
+            if role == "effect":
+                value = jnp.where(undo.reshape((-1,) + (1,) * (x.ndim - 1)), restored, changed)
+                return x.at[index].set(value, mode="drop")
+            return x.at[undo_index].set(restored, mode="drop")
 
-            def put(role, x, changed, restored):
-                if role == "kept":
-                    return x
-                if role == "effect":
-                    value = jnp.where(undo.reshape((-1,) + (1,) * (x.ndim - 1)), restored, changed)
-                    return x.at[index].set(value, mode="drop")
-                return x.at[undo_index].set(restored, mode="drop")
-
-            return jax.tree.map(put, _sparse_roles(out), out, effect, undone)
-
-        return i + 1, run(out)
+        return jax.tree.map(put, _sparse_roles(out), out, effect, undone)
 
     # One instance of the sparse programs (they are most of this module's compiled code),
     # run once per chunk of games that need them.
-    _, out = batching.while_needed(chunks, lambda carry: n_sparse > carry[0] * rows, chunk,
-                                   (jnp.int32(0), out))
-    return out
+    sparse = jnp.asarray(_IS_SPARSE)[program]
+    return batching.for_selected_chunks(sparse, min(SPARSE_ROWS, batch), chunk, out)
 
 
 # --------------------------------------------------------------------------- entry point

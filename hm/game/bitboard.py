@@ -90,44 +90,28 @@ def any_set(board: UInt32[Array, "2"]) -> Bool[Array, ""]:
     return jnp.any(board != 0)
 
 
-def shift_up(b: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
-    """Every cell moved one row up (row + 1); the top row falls off."""
-    low = (b[0] << C.COLS) & _FULL
-    high = ((b[1] << C.COLS) | (b[0] >> (_HALF - C.COLS))) & _FULL
-    return jnp.stack([low, high])
-
-
-def shift_down(b: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
-    """Every cell moved one row down (row − 1); the bottom row falls off."""
-    low = (b[0] >> C.COLS) | ((b[1] & _ROW_LOW) << (_HALF - C.COLS))
-    high = b[1] >> C.COLS
-    return jnp.stack([low, high])
-
-
-def shift_left(b: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
-    """Every cell moved one column left (col − 1); column 0 falls off."""
-    return (b & ~_COL0) >> 1
-
-
-def shift_right(b: UInt32[Array, "2"]) -> UInt32[Array, "2"]:
-    """Every cell moved one column right (col + 1); column 5 falls off."""
-    return (b & ~_COL5) << 1
-
-
-def dilate_words(lo: UInt32[Array, "*s"], hi: UInt32[Array, "*s"]
-                 ) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
-    """`dilate` on the two words held apart.
+def neighbour_words(lo: UInt32[Array, "*s"], hi: UInt32[Array, "*s"]
+                    ) -> tuple[tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]], ...]:
+    """The cells one step from each cell of the bitboard (lo, hi), in §10.1's direction
+    order (`C.DIRECTION_DELTAS`: up = row + 1, down, left = col − 1, right); cells that
+    would leave the board fall off. Each as a (lo, hi) pair.
 
     Loops should carry the words as separate arrays: under `vmap` a `[..., 2]` board puts
     a dimension of 2 innermost, which the CPU cannot vectorise; two `[batch]` words it can.
     """
-    up_lo = (lo << C.COLS) & _FULL
-    up_hi = ((hi << C.COLS) | (lo >> (_HALF - C.COLS))) & _FULL
-    down_lo = (lo >> C.COLS) | ((hi & _ROW_LOW) << (_HALF - C.COLS))
-    down_hi = hi >> C.COLS
-    new_lo = lo | up_lo | down_lo | ((lo & ~_COL0) >> 1) | ((lo & ~_COL5) << 1)
-    new_hi = hi | up_hi | down_hi | ((hi & ~_COL0) >> 1) | ((hi & ~_COL5) << 1)
-    return new_lo, new_hi
+    up = ((lo << C.COLS) & _FULL, ((hi << C.COLS) | (lo >> (_HALF - C.COLS))) & _FULL)
+    down = ((lo >> C.COLS) | ((hi & _ROW_LOW) << (_HALF - C.COLS)), hi >> C.COLS)
+    left = ((lo & ~_COL0) >> 1, (hi & ~_COL0) >> 1)
+    right = (((lo & ~_COL5) << 1) & _FULL, ((hi & ~_COL5) << 1) & _FULL)
+    return up, down, left, right
+
+
+def dilate_words(lo: UInt32[Array, "*s"], hi: UInt32[Array, "*s"]
+                 ) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
+    """`dilate` on the two words held apart (see `neighbour_words`)."""
+    for n_lo, n_hi in neighbour_words(lo, hi):
+        lo, hi = lo | n_lo, hi | n_hi
+    return lo, hi
 
 
 def dilate(b: UInt32[Array, "... 2"]) -> UInt32[Array, "... 2"]:

@@ -10,7 +10,7 @@ from hm.game import constants as C
 from hm.game.enemy_phase import enemy_phase, push_snapshot
 from hm.game.observation import Observation, observe
 from hm.game.reward import exit_distance, reward_terms
-from hm.game.state import GameState, snapshot_of
+from hm.game.state import GameState, besides_snapshots, snapshot_of
 
 Info = dict
 
@@ -31,14 +31,6 @@ def _compact(state: GameState, active: Bool[Array, ""]) -> GameState:
 _compact_where = batching.where_selected(_compact, 16, 8)
 
 
-def _besides_snapshots(merge, a: GameState, b: GameState) -> GameState:
-    """`merge(a, b)` over every leaf but the UNDO snapshots, which are `b`'s: under `vmap`
-    a select over the stacks (most of a state's bytes) would copy them whole."""
-    without = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
-    return eqx.tree_at(lambda s: s.history.snapshots, merge(without(a), without(b)),
-                       b.history.snapshots, is_leaf=lambda x: x is None)
-
-
 def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameState:
     """`fresh` where `done`, else `state`: the auto-reset of a vectorised environment.
 
@@ -46,14 +38,14 @@ def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameSt
     snapshots, which stay as in `state`: a new game's stack is empty (depth 0) and slots
     past the depth are never read, so the game is the same.
     """
-    return _besides_snapshots(lambda f, s: batching.select(done, f, s), fresh, state)
+    return besides_snapshots(lambda f, s: batching.select(done, f, s), fresh, state)
 
 
 def _keep_legal(is_legal: Bool[Array, ""], acted: GameState, state: GameState) -> GameState:
     """`acted` if the action was legal, else `state`. Under `vmap` there is no select at all
     when every game's action was legal (a masked policy's always are). No rule of a step
     writes the UNDO snapshots, so they are the same in both."""
-    return _besides_snapshots(lambda a, s: _select_unless_all(is_legal, a, s), acted, state)
+    return besides_snapshots(lambda a, s: _select_unless_all(is_legal, a, s), acted, state)
 
 
 @batching.custom_batching(lambda _, pred, a, b: jax.lax.cond(

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Int32, Key, UInt32
 
 from hm.game import batching, bitboard, entities, generation
 from hm.game import constants as C
-from hm.game.state import Enemies, GameState, Snapshot
+from hm.game.state import Enemies, GameState, Snapshot, besides_snapshots
 
 _UNREACHED = 1_000
 _SPEED = C.ENEMY_SPEED.astype(np.int32)
@@ -101,20 +101,11 @@ def _pack(mask: Bool[Array, "36 B"]) -> Words:
 
 def _neighbours(b: Words) -> tuple[Words, Words, Words, Words]:
     """The cells one step up, down, left and right of `b`'s cells (§10.1's order)."""
-    lo, hi = b
-    up = ((lo << C.COLS) & _ALL, ((hi << C.COLS) | (lo >> (_HALF - C.COLS))) & _ALL)
-    down = ((lo >> C.COLS) | ((hi & np.uint32(0x3F)) << (_HALF - C.COLS)), hi >> C.COLS)
-    col0, col5 = np.uint32(0x1041), np.uint32(0x20820)
-    left = ((lo & ~col0) >> 1, (hi & ~col0) >> 1)
-    right = (((lo & ~col5) << 1) & _ALL, ((hi & ~col5) << 1) & _ALL)
-    return up, down, left, right
+    return bitboard.neighbour_words(*b)
 
 
 def _dilate(b: Words) -> Words:
-    out = b
-    for n in _neighbours(b):
-        out = _or(out, n)
-    return out
+    return bitboard.dilate_words(*b)
 
 
 def _count_add(planes: list[Words], b: Words, sign: int) -> list[Words]:
@@ -483,10 +474,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]
         (jnp.asarray(0, jnp.int32), jnp.maximum(e.disabled - 1, 0).astype(jnp.int8),
          jnp.zeros_like(e.stunned)))
 
-    # Select everything but the history, then push the snapshot in place.
-    keep = lambda s: eqx.tree_at(lambda x: x.history, s, None)
-    merged = batching.select(executed, keep(phase), keep(state))
-    merged = eqx.tree_at(lambda s: (s.step_active, s.history), merged,
-                         (state.step_active & ~swallowed, state.history),
-                         is_leaf=lambda x: x is None)
+    # The phase leaves the history alone (the caller pushes the snapshot in place).
+    merged = besides_snapshots(lambda a, b: batching.select(executed, a, b), phase, state)
+    merged = eqx.tree_at(lambda s: s.step_active, merged, state.step_active & ~swallowed)
     return merged, executed

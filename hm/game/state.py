@@ -169,6 +169,18 @@ def snapshot_of(state: GameState) -> Snapshot:
 EMPTY_TOP = C.HISTORY_CAPACITY - 1
 
 
+def besides_snapshots(merge, a: GameState, b: GameState, *args) -> GameState:
+    """`merge(a, b, *args)` over every leaf but the UNDO snapshots, which are `b`'s.
+
+    For merges of two versions of a game (a select, a restart) where the snapshots are
+    `b`'s either way: under `vmap` a select over the stacks (most of a state's bytes)
+    would copy them whole.
+    """
+    without = lambda s: eqx.tree_at(lambda x: x.history.snapshots, s, None)  # noqa: E731
+    return eqx.tree_at(lambda s: s.history.snapshots, merge(without(a), without(b), *args),
+                       b.history.snapshots, is_leaf=lambda x: x is None)
+
+
 def empty_history(example: Snapshot) -> History:
     """An empty stack whose H slots are zeroed copies of `example`'s shapes.
 

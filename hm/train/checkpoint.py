@@ -383,18 +383,27 @@ def load_policy(run_dir: Path) -> Any:
         description = json.loads((run_dir / POLICY_META).read_text())
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{run_dir / POLICY_META}: cannot read the policy description ({error})") from error
-    if description.get("format") != POLICY_FORMAT:
-        raise CheckpointError(f"{run_dir / POLICY_META}: unknown format {description.get('format')!r}")
+    meta = run_dir / POLICY_META
+    if not isinstance(description, dict) or description.get("format") != POLICY_FORMAT:
+        found = description.get("format") if isinstance(description, dict) else description
+        raise CheckpointError(f"{meta}: unknown format {found!r} (expected {POLICY_FORMAT!r})")
+    shape_keys = ("obs_size", "num_actions", "hidden_dim", "num_layers")
+    missing = [k for k in ("game_version",) + shape_keys if k not in description]
+    if missing:
+        raise CheckpointError(f"{meta}: the policy description lacks {', '.join(missing)}")
     if description["game_version"] != GAME_VERSION:
         raise CheckpointError(
             f"{run_dir}: policy was trained on rules version {description['game_version']}, "
             f"this code implements version {GAME_VERSION}"
         )
-    like = Network(
-        description["obs_size"],
-        description["num_actions"],
-        description["hidden_dim"],
-        description["num_layers"],
-        key=jax.random.key(0),
-    )
-    return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
+    bad = [k for k in shape_keys if not isinstance(description[k], int) or description[k] < 1]
+    if bad:
+        raise CheckpointError(f"{meta}: {', '.join(bad)} must be positive integers; "
+                              f"got {', '.join(repr(description[k]) for k in bad)}")
+    like = Network(*(description[k] for k in shape_keys), key=jax.random.key(0))
+    try:
+        return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
+    except (OSError, ValueError, EOFError, RuntimeError) as error:
+        raise CheckpointError(
+            f"{run_dir / POLICY_PARAMS}: cannot read the weights of the network {meta} "
+            f"describes ({type(error).__name__}: {error})") from error

@@ -273,3 +273,27 @@ def test_exported_policy_loads_back(tmp_path):
     checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params), description)
     with pytest.raises(CheckpointError, match="rules version"):
         checkpoint.load_policy(tmp_path)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d.pop("hidden_dim"), "lacks hidden_dim"),
+    (lambda d: d.update(num_layers=0), "num_layers must be positive"),
+    (lambda d: d.update(hidden_dim=ARCH.hidden_dim * 2), "cannot read the weights"),
+])
+def test_a_damaged_policy_is_refused_with_the_reason(tmp_path, damage, message):
+    params = make_state(5).params
+    description = {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION}
+    damage(description)
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params), description)
+    with pytest.raises(CheckpointError, match=message):
+        checkpoint.load_policy(tmp_path)
+
+
+def test_a_torn_policy_file_is_refused_with_the_reason(tmp_path):
+    params = make_state(5).params
+    description = {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION}
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params), description)
+    weights = tmp_path / checkpoint.POLICY_PARAMS
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="cannot read the weights"):
+        checkpoint.load_policy(tmp_path)

@@ -55,13 +55,13 @@ def player_cell(state: GameState) -> Int32[Array, ""]:
     return state.player.row * C.COLS + state.player.col
 
 
-def _or_reduce(*words: UInt32[Array, "N"]) -> tuple[UInt32[Array, ""], ...]:
+def _or_reduce(*words: UInt32[Array, " N"]) -> tuple[UInt32[Array, ""], ...]:
     """Bitwise OR of each array over its axis: one variadic reduction, one pass."""
     zero = tuple(np.uint32(0) for _ in words)
     return jax.lax.reduce(words, zero, lambda a, b: tuple(x | y for x, y in zip(a, b)), (0,))
 
 
-def _entity_words(entities, *flags: Bool[Array, "N"]
+def _entity_words(entities, *flags: Bool[Array, " N"]
                   ) -> tuple[UInt32[Array, ""], ...]:
     """(occupancy word 0, occupancy word 1, flag word) of the live entities of a list.
 
@@ -200,7 +200,7 @@ def no_outcome() -> ActionOutcome:
 _NO_HIT = 1 << 20     # ray key of an entity that is not in the line of fire
 
 
-def _ray_keys(entities, row, col, dr, dc) -> Int32[Array, "N"]:
+def _ray_keys(entities, row, col, dr, dc) -> Int32[Array, " N"]:
     """Per slot, k·64 + slot if the live entity there is k ≥ 1 cells along direction
     (dr, dc) from (row, col), else `_NO_HIT`.
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int32
 from jax.custom_batching import custom_vmap
+from jaxtyping import Array, Bool, Int32
 
 
 def broadcast_unbatched(axis_size: int, in_batched, args):
@@ -94,7 +94,7 @@ def custom_batching(batched_rule: Callable):
     return decorate
 
 
-def prefix_count(flags: Bool[Array, "B"]) -> Int32[Array, "B"]:
+def prefix_count(flags: Bool[Array, " B"]) -> Int32[Array, " B"]:
     """Inclusive prefix count of `flags`, exact, by blocks of 32 with two small
     triangular matrix products (`cumsum` is a quadratic reduce-window on CPU)."""
     batch = flags.shape[0]

@@ -75,7 +75,7 @@ def first_at(entities: EntityList, cell: Int32[Array, "..."]) -> Int32[Array, ".
     return jnp.where(jnp.any(here, axis=-1), jnp.argmax(here, axis=-1), capacity)
 
 
-def cells(entities: EntityList) -> Int32[Array, "N"]:
+def cells(entities: EntityList) -> Int32[Array, " N"]:
     """Cell index of every slot (meaningless for dead slots)."""
     return entities.row.astype(jnp.int32) * 6 + entities.col.astype(jnp.int32)
 

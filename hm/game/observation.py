@@ -154,7 +154,7 @@ def _bits(x) -> Int32[Array, "..."]:
     return lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.int32)
 
 
-def _first_per_cell(ents: entities.EntityList, payload: Int32[Array, "N"]) -> Int32[Array, "36"]:
+def _first_per_cell(ents: entities.EntityList, payload: Int32[Array, " N"]) -> Int32[Array, "36"]:
     """Per cell: `slot << 24 | payload` (24 low bits) of the first live entity standing
     there in list order (§15.3), `_NONE` where none stands.
 

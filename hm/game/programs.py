@@ -67,13 +67,13 @@ _SURROUNDING_BB = bitboard.table(geometry.SURROUNDING_MASK)        # [36 cells, 
 
 # --------------------------------------------------------------------------- bitboards
 
-def _holds(lo: UInt32[Array, "R"], hi: UInt32[Array, "R"],
+def _holds(lo: UInt32[Array, " R"], hi: UInt32[Array, " R"],
            cell: Int32[Array, "R N"]) -> Bool[Array, "R N"]:
     """Whether the bitboard (one per row) holds each of `cell` (outside 0..35: no)."""
     return bitboard.holds_words(lo[:, None], hi[:, None], cell)
 
 
-def _slot_bit(flags: tuple[UInt32[Array, "R"], UInt32[Array, "R"]], n: int) -> Bool[Array, "R N"]:
+def _slot_bit(flags: tuple[UInt32[Array, " R"], UInt32[Array, " R"]], n: int) -> Bool[Array, "R N"]:
     """Unpack a slot bitmask to flags: bit `i` of the first word for slot `i <
     _SHORT_PASS`, bit `i - _SHORT_PASS` of the second for the others."""
     low, high = flags
@@ -83,12 +83,12 @@ def _slot_bit(flags: tuple[UInt32[Array, "R"], UInt32[Array, "R"]], n: int) -> B
     return ((word >> shift) & _U32(1)) != 0
 
 
-def _no_slots(rows: int) -> tuple[UInt32[Array, "R"], UInt32[Array, "R"]]:
+def _no_slots(rows: int) -> tuple[UInt32[Array, " R"], UInt32[Array, " R"]]:
     return jnp.zeros(rows, _U32), jnp.zeros(rows, _U32)
 
 
 def _first_of_cell(cells: Callable[..., Int[Array, "R N"]], args: tuple, alive: Bool[Array, "R N"]
-                   ) -> tuple[UInt32[Array, "R"], UInt32[Array, "R"]]:
+                   ) -> tuple[UInt32[Array, " R"], UInt32[Array, " R"]]:
     """Slot bitmask (as `_slot_bit` reads it) of the entries that come first, in slot
     order, among those with the same cell; `cells(*args)` gives the cells, elementwise
     from per-slot `[R, N]` and per-game `[R]` arguments (outside 0..35: no entry).
@@ -128,7 +128,7 @@ def _first_of_cell(cells: Callable[..., Int[Array, "R N"]], args: tuple, alive: 
 
 def _cells_first_free(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"],
                       from_task: Bool[Array, "R N"]
-                      ) -> tuple[UInt32[Array, "R"], UInt32[Array, "R"]]:
+                      ) -> tuple[UInt32[Array, " R"], UInt32[Array, " R"]]:
     """Bitboard of the cells whose first live entity (list order) is not `fromTask`:
     "remove all at X" scores one kill exactly for these cells (§9)."""
     rows = cell.shape[0]
@@ -170,7 +170,7 @@ def _split2(key: UInt32[Array, "R 2"]) -> tuple[UInt32[Array, "R 2"], UInt32[Arr
     return jnp.stack([a[:, 0], b[:, 0]], 1), jnp.stack([a[:, 1], b[:, 1]], 1)
 
 
-def _randint(key: UInt32[Array, "R 2"], n: int, span: Int32[Array, "R"]) -> Int32[Array, "R n"]:
+def _randint(key: UInt32[Array, "R 2"], n: int, span: Int32[Array, " R"]) -> Int32[Array, "R n"]:
     """`jax.random.randint(key, (n,), 0, span)` per row (int32, `span >= 1`), as JAX
     computes it with partitionable threefry: two 32-bit draws per value, combined modulo
     `span`."""
@@ -191,8 +191,8 @@ def _fast_draws_ok() -> bool:
     return bool(jax.config.jax_threefry_partitionable)
 
 
-def _draws(key: UInt32[Array, "R 2"], n_targets: Int32[Array, "R"], impl
-           ) -> tuple[Int32[Array, "R"], Int32[Array, "R 36"]]:
+def _draws(key: UInt32[Array, "R 2"], n_targets: Int32[Array, " R"], impl
+           ) -> tuple[Int32[Array, " R"], Int32[Array, "R 36"]]:
     """WARP's target pick and POLY's 36 type offsets, exactly as
     `key_warp, key_poly = split(key)`, `randint(key_warp, (), 0, max(n_targets, 1))`,
     `randint(key_poly, (36,), 0, 3)`."""
@@ -262,7 +262,7 @@ def _column(x: Array) -> Array:
     return x[:, None]
 
 
-def _paid(g: _Game, program: Int32[Array, "R"]) -> Player:
+def _paid(g: _Game, program: Int32[Array, " R"]) -> Player:
     """The player after paying the program's cost (§9: paid first)."""
     p = g.player
     return eqx.tree_at(
@@ -271,7 +271,7 @@ def _paid(g: _Game, program: Int32[Array, "R"]) -> Player:
          p.energy - jnp.asarray(C.PROGRAM_ENERGY_COST)[program]))
 
 
-def _displaced(g: _Game, program: Int32[Array, "R"]
+def _displaced(g: _Game, program: Int32[Array, " R"]
                ) -> tuple[Int8[Array, "R 36"], Int8[Array, "R 36"]]:
     """Enemy rows and columns after PUSH (away) / PULL (toward) (§9.1, §9.2); for any
     other program, unchanged.
@@ -321,7 +321,7 @@ def _displaced(g: _Game, program: Int32[Array, "R"]
     return (jnp.where(moves, e.row + step_r, e.row), jnp.where(moves, e.col + step_c, e.col))
 
 
-def _dense(g: _Game, program: Int32[Array, "R"]) -> _Changed:
+def _dense(g: _Game, program: Int32[Array, " R"]) -> _Changed:
     """Every game's result if its program is a dense one (for the others: replaced)."""
     is_ = lambda k: program == k
     b, e, t, p = g.board, g.enemies, g.transmissions, g.player
@@ -349,12 +349,12 @@ def _dense(g: _Game, program: Int32[Array, "R"]) -> _Changed:
         reached_exit=jnp.zeros_like(g.show))
 
 
-def _take(x: Array, index: Int32[Array, "R"]) -> Array:
+def _take(x: Array, index: Int32[Array, " R"]) -> Array:
     """`x[r, index[r]]` for every row r."""
     return jnp.take_along_axis(x, _column(index), axis=1)[:, 0]
 
 
-def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, "R"],
+def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, " R"],
             key: UInt32[Array, "R 2"], impl) -> tuple[_Changed, _Changed]:
     """The results of the sparse programs (§9.3-9.8, 9.16, 9.18, 9.22) for a few gathered
     games, and the state UNDO (§9.10) would restore for them."""
@@ -485,7 +485,7 @@ def _sparse_roles(changed: _Changed) -> _Changed:
     return eqx.tree_at(lambda c: c.step_active, roles, "kept")
 
 
-def _run_batch(state: GameState, program: Int32[Array, "B"], key: UInt32[Array, "B 2"],
+def _run_batch(state: GameState, program: Int32[Array, " B"], key: UInt32[Array, "B 2"],
                impl=None) -> _Changed:
     """All games' results: the dense programs for every game, then the sparse ones for
     the games that run one, gathered `SPARSE_ROWS` at a time and scattered back."""

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key
-from hm.command import Command
 
 from hm import game
+from hm.command import Command
 from hm.tools.evaluate import DEFAULT_MAX_STEPS
 from hm.tools.play import (
     action_name,

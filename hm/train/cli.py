@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Literal
 
 from hm.command import Command
-
 from hm.train.checkpoint import CheckpointError
 from hm.train.config import ConfigError, TrainConfig
 from hm.train.run import DEFAULT_COMPILE_CACHE, RunError, RunOptions, Trainer, run

@@ -426,7 +426,7 @@ def compare_step(engine, model_state, e_state, action, key_index, scenario, mism
                 return e2, o[0], e_out
         results = [(o, _compare_outcome(o, e_out, engine)) for o in (same_state or outs[:64])]
         best = min(results, key=lambda r: len(r[1]))
-        note = (f"(deterministic step)" if len(distinct) == 1 else
+        note = ("(deterministic step)" if len(distinct) == 1 else
                 f"(none of {len(distinct)} possible outcomes matches; closest shown)")
         mismatches.add(scenario, action, best[1], note)
         return e2, None, e_out

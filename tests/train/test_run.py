@@ -24,8 +24,7 @@ import numpy as np
 import pytest
 
 from hm.game.constants import PROGRAM_NAMES, REWARD_TERMS
-from hm.train import NullEnv, TrainConfig, to_host
-from hm.train import checkpoint
+from hm.train import NullEnv, TrainConfig, checkpoint, to_host
 from hm.train.logging import read_scalars, read_tags, tensorboard_tag
 from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
 from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, new_run_dir, run, split_updates

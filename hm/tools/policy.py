@@ -13,7 +13,6 @@ on a CPU, where bfloat16 is slower (`hm.train.precision`).
 """
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +83,9 @@ def _load_exported(run_dir: Path) -> Policy:
             raise PolicyError(f"{run_dir}: has {other.name} but no {needed.name}; an exported "
                               f"policy is the pair {checkpoint.POLICY_PARAMS} + {checkpoint.POLICY_META}")
     try:
-        description = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise PolicyError(f"{meta_path}: cannot read the policy description ({error})") from None
-    if not isinstance(description, dict):
-        raise PolicyError(f"{meta_path}: not a policy description (a JSON object)")
-    fields = ("hidden_dim", "num_layers", "obs_size", "num_actions", "game_version")
-    missing = [name for name in fields if not isinstance(description.get(name), int)]
-    if missing:
-        raise PolicyError(f"{meta_path}: not a policy description: no integer {', '.join(missing)}")
+        description = checkpoint.read_policy_description(run_dir)
+    except CheckpointError as error:
+        raise PolicyError(str(error)) from None
     network_class = description.get("network", NETWORK_CLASS)
     if network_class != NETWORK_CLASS:
         raise PolicyError(f"{meta_path}: a {network_class}; the tools can run only {NETWORK_CLASS}")
@@ -104,11 +97,6 @@ def _load_exported(run_dir: Path) -> Policy:
         network = checkpoint.load_policy(run_dir)
     except CheckpointError as error:
         raise PolicyError(str(error)) from None
-    except (RuntimeError, ValueError, OSError, EOFError) as error:
-        # equinox names the first leaf whose shape differs, or the file is cut short.
-        raise PolicyError(f"{params_path}: does not hold the network {meta_path.name} describes "
-                          f"(hidden_dim {stored.hidden_dim}, num_layers {stored.num_layers}): "
-                          f"{error}") from None
     source = _provenance(params_path, description.get("run_name"), description.get("update"),
                          description.get("env_steps"))
     return Policy(network=network, architecture=stored, source=source)

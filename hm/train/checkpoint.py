@@ -369,41 +369,56 @@ def export_policy(run_dir: Path, params: Any, description: Mapping[str, Any]) ->
     return run_dir / POLICY_PARAMS
 
 
+_POLICY_SIZES = ("obs_size", "num_actions", "hidden_dim", "num_layers")
+
+
+def read_policy_description(run_dir: Path) -> dict[str, Any]:
+    """`policy.json` of an exported policy, checked to describe a network.
+
+    Raises:
+        CheckpointError: unreadable, not a JSON object, another format, or without the
+            positive integer sizes and rules version a policy needs.
+    """
+    meta = Path(run_dir) / POLICY_META
+    try:
+        description = json.loads(meta.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise CheckpointError(f"{meta}: cannot read the policy description ({error})") from None
+    if not isinstance(description, dict):
+        raise CheckpointError(f"{meta}: not a policy description (a JSON object)")
+    if description.get("format", POLICY_FORMAT) != POLICY_FORMAT:
+        raise CheckpointError(f"{meta}: unknown format {description['format']!r} (expected {POLICY_FORMAT!r})")
+    missing = [k for k in ("game_version",) + _POLICY_SIZES
+               if not isinstance(description.get(k), int) or (k != "game_version" and description[k] < 1)]
+    if missing:
+        raise CheckpointError(f"{meta}: not a policy description: no integer {', '.join(missing)}"
+                              " (sizes >= 1)")
+    return description
+
+
 def load_policy(run_dir: Path) -> Any:
     """The exported policy of a run: a `hm.train.network.Network` with its trained weights.
 
     Raises:
-        CheckpointError: no policy there, or one for other rules or another format.
+        CheckpointError: no policy there, one for other rules or another format, or
+            weights that are not the network its description names.
     """
     from hm.game.constants import GAME_VERSION
     from hm.train.network import Network
 
     run_dir = Path(run_dir)
-    try:
-        description = json.loads((run_dir / POLICY_META).read_text())
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{run_dir / POLICY_META}: cannot read the policy description ({error})") from error
-    meta = run_dir / POLICY_META
-    if not isinstance(description, dict) or description.get("format") != POLICY_FORMAT:
-        found = description.get("format") if isinstance(description, dict) else description
-        raise CheckpointError(f"{meta}: unknown format {found!r} (expected {POLICY_FORMAT!r})")
-    shape_keys = ("obs_size", "num_actions", "hidden_dim", "num_layers")
-    missing = [k for k in ("game_version",) + shape_keys if k not in description]
-    if missing:
-        raise CheckpointError(f"{meta}: the policy description lacks {', '.join(missing)}")
+    description = read_policy_description(run_dir)
     if description["game_version"] != GAME_VERSION:
         raise CheckpointError(
             f"{run_dir}: policy was trained on rules version {description['game_version']}, "
             f"this code implements version {GAME_VERSION}"
         )
-    bad = [k for k in shape_keys if not isinstance(description[k], int) or description[k] < 1]
-    if bad:
-        raise CheckpointError(f"{meta}: {', '.join(bad)} must be positive integers; "
-                              f"got {', '.join(repr(description[k]) for k in bad)}")
-    like = Network(*(description[k] for k in shape_keys), key=jax.random.key(0))
+    like = Network(*(description[k] for k in _POLICY_SIZES), key=jax.random.key(0))
     try:
         return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
     except (OSError, ValueError, EOFError, RuntimeError) as error:
+        # equinox names the first leaf whose shape differs, or the file is cut short.
         raise CheckpointError(
-            f"{run_dir / POLICY_PARAMS}: cannot read the weights of the network {meta} "
-            f"describes ({type(error).__name__}: {error})") from error
+            f"{run_dir / POLICY_PARAMS}: does not hold the network {POLICY_META} describes "
+            f"(hidden_dim {description['hidden_dim']}, num_layers {description['num_layers']}): "
+            f"{error}") from None

@@ -276,9 +276,9 @@ def test_exported_policy_loads_back(tmp_path):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.pop("hidden_dim"), "lacks hidden_dim"),
-    (lambda d: d.update(num_layers=0), "num_layers must be positive"),
-    (lambda d: d.update(hidden_dim=ARCH.hidden_dim * 2), "cannot read the weights"),
+    (lambda d: d.pop("hidden_dim"), "no integer hidden_dim"),
+    (lambda d: d.update(num_layers=0), "no integer num_layers"),
+    (lambda d: d.update(hidden_dim=ARCH.hidden_dim * 2), "does not hold the network policy.json describes"),
 ])
 def test_a_damaged_policy_is_refused_with_the_reason(tmp_path, damage, message):
     params = make_state(5).params
@@ -295,5 +295,5 @@ def test_a_torn_policy_file_is_refused_with_the_reason(tmp_path):
     checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params), description)
     weights = tmp_path / checkpoint.POLICY_PARAMS
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match="cannot read the weights"):
+    with pytest.raises(CheckpointError, match="does not hold the network"):
         checkpoint.load_policy(tmp_path)

@@ -28,19 +28,32 @@ _SPEED = C.ENEMY_SPEED.astype(np.int32)
 _MAX_HP = C.ENEMY_MAX_HP
 
 
-def _hatch(state: GameState) -> GameState:
-    """Step 2: transmissions at timer ≤ 1 become enemies (appended in list order)."""
+def _hatch(state: GameState, runs: Bool[Array, ""]) -> GameState:
+    """Step 2: transmissions at timer ≤ 1 become enemies (appended in list order); the
+    others count down. Under `vmap` only the games where `runs` and some transmission
+    hatches move entries between the lists (about one game in ten)."""
     t = state.transmissions
-    hatching = t.alive & (t.timer <= 1)
+    ticked = eqx.tree_at(lambda x: x.timer, t, jnp.where(t.alive, t.timer - 1, t.timer))
+    state = eqx.tree_at(lambda s: s.transmissions, state, ticked)
+    return _hatch_where(state, runs & jnp.any(ticked.alive & (ticked.timer <= 0)))
+
+
+def _hatch_ticked(state: GameState, active: Bool[Array, ""]) -> GameState:
+    """`_hatch` once the timers have counted down: those at 0 or less hatch."""
+    del active  # with nothing at timer 0 this changes nothing
+    t = state.transmissions
+    hatching = t.alive & (t.timer <= 0)
     kind = t.kind.astype(jnp.int32)
     newborn = Enemies(
         alive=hatching, kind=t.kind, row=t.row, col=t.col,
         hp=jnp.asarray(_MAX_HP)[kind], disabled=jnp.ones_like(t.kind),
         stunned=jnp.zeros_like(hatching), from_task=t.from_task, from_siphon=t.from_siphon)
     enemies = entities.append(state.enemies, newborn)      # compact since the action
-    transmissions = entities.compact(eqx.tree_at(
-        lambda x: (x.alive, x.timer), t, (t.alive & ~hatching, t.timer - 1)))
+    transmissions = entities.compact(eqx.tree_at(lambda x: x.alive, t, t.alive & ~hatching))
     return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state, (enemies, transmissions))
+
+
+_hatch_where = batching.where_selected(_hatch_ticked, 16, 8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -459,7 +472,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]
 
     phase = eqx.tree_at(lambda s: s.turn, state, state.turn + 1)
     with jax.named_scope("hatch"):
-        phase = _hatch(phase)
+        phase = _hatch(phase, executed)
     with jax.named_scope("activate"):
         phase = _activate(phase, key_order)
     task = ~phase.calm & (phase.turn >= phase.next_task)

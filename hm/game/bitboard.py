@@ -22,6 +22,7 @@ _SHIFTS = np.arange(_HALF, dtype=np.uint32)
 
 # Longest possible shortest path on 36 cells; a fixed trip count for every search.
 MAX_DISTANCE = C.NUM_CELLS - 1
+LEVELS_PER_ROUND = 4  # search levels per loop round (one skippable `cond` per round)
 
 
 def from_mask(mask: Bool[Array, "36"]) -> UInt32[Array, "2"]:
@@ -142,10 +143,12 @@ def _distance_lanes(source: UInt32[Array, "B 2"], passable: UInt32[Array, "B 2"]
 
     def level(carry):
         i, v_lo, v_hi, f_lo, f_hi, found = carry
-        g_lo, g_hi = dilate_words(f_lo, f_hi)
-        g_lo, g_hi = g_lo & ~v_lo, g_hi & ~v_hi
-        found = jnp.where((found < 0) & meets(g_lo, g_hi, t_lo, t_hi), i + 1, found)
-        return i + 1, v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi, found
+        for _ in range(LEVELS_PER_ROUND):
+            g_lo, g_hi = dilate_words(f_lo, f_hi)
+            g_lo, g_hi = g_lo & ~v_lo, g_hi & ~v_hi
+            found = jnp.where((found < 0) & meets(g_lo, g_hi, t_lo, t_hi), i + 1, found)
+            i, v_lo, v_hi, f_lo, f_hi = i + 1, v_lo | g_lo, v_hi | g_hi, g_lo & p_lo, g_hi & p_hi
+        return i, v_lo, v_hi, f_lo, f_hi, found
 
     def searching(carry):
         _, _, _, f_lo, f_hi, found = carry
@@ -153,7 +156,7 @@ def _distance_lanes(source: UInt32[Array, "B 2"], passable: UInt32[Array, "B 2"]
 
     start_found = jnp.where(jnp.any((source & target) != 0, axis=1), 0, -1).astype(jnp.int32)
     carry = (jnp.int32(0), source[:, 0], source[:, 1], source[:, 0], source[:, 1], start_found)
-    return batching.while_needed(MAX_DISTANCE, searching, level, carry)[-1]
+    return batching.while_needed(-(-MAX_DISTANCE // LEVELS_PER_ROUND), searching, level, carry)[-1]
 
 
 def flood(source: UInt32[Array, "2"], passable: UInt32[Array, "2"]) -> UInt32[Array, "2"]:

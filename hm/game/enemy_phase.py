@@ -290,6 +290,9 @@ def _activation(i, carry, lanes: _Lanes):
         c_best = jnp.where(closer, greedy, c_best)
     choice = jnp.where(a_choice >= 0, a_choice,
                        jnp.where((b_choice >= 0) & b_free, b_choice, c_choice))
+    # Computed once: XLA would otherwise copy the whole decision into each consumer's
+    # fusion (six copies of about 450 operations each).
+    choice = jax.lax.optimization_barrier(choice)
     moves = moving & (choice >= 0)
     delta = jnp.asarray(C.DIRECTION_DELTAS)[choice.clip(0, 3)]
     tr, tc = r + delta[:, 0], c + delta[:, 1]

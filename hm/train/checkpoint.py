@@ -386,8 +386,8 @@ def read_policy_description(run_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{meta}: cannot read the policy description ({error})") from None
     if not isinstance(description, dict):
         raise CheckpointError(f"{meta}: not a policy description (a JSON object)")
-    if description.get("format", POLICY_FORMAT) != POLICY_FORMAT:
-        raise CheckpointError(f"{meta}: unknown format {description['format']!r} (expected {POLICY_FORMAT!r})")
+    if description.get("format") != POLICY_FORMAT:
+        raise CheckpointError(f"{meta}: unknown format {description.get('format')!r} (expected {POLICY_FORMAT!r})")
     missing = [k for k in ("game_version",) + _POLICY_SIZES
                if not isinstance(description.get(k), int) or (k != "game_version" and description[k] < 1)]
     if missing:

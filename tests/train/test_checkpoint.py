@@ -289,6 +289,18 @@ def test_a_damaged_policy_is_refused_with_the_reason(tmp_path, damage, message):
         checkpoint.load_policy(tmp_path)
 
 
+def test_a_policy_description_without_its_format_is_refused(tmp_path):
+    params = make_state(5).params
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params),
+                             {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION})
+    meta = tmp_path / checkpoint.POLICY_META
+    description = json.loads(meta.read_text())
+    del description["format"]
+    meta.write_text(json.dumps(description))
+    with pytest.raises(CheckpointError, match="unknown format None"):
+        checkpoint.load_policy(tmp_path)
+
+
 def test_a_torn_policy_file_is_refused_with_the_reason(tmp_path):
     params = make_state(5).params
     description = {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION}

@@ -219,8 +219,10 @@ def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):
     batched = jax.jit(jax.vmap(game.step))(states, actions, keys)
     for i in range(GAMES):
         alone = jitted.step(_unstack_one(states, i), actions[i], keys[i])
-        for x, y in zip(jax.tree.leaves(alone), jax.tree.leaves(_unstack_one(batched, i))):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"game {i}")
+        for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(alone),
+                                jax.tree.leaves(_unstack_one(batched, i))):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y),
+                                          err_msg=f"game {i}, leaf {jax.tree_util.keystr(path)}")
 
 
 def _unstack_one(tree, i):

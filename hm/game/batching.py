@@ -63,13 +63,56 @@ def custom_batching(batched_rule: Callable):
     Unlike a bare `jax.custom_batching.custom_vmap`, the function may read array constants
     (tables) and may be called inside a `lax.cond`/`lax.switch` whose predicate is batched:
     such a `cond` batches every constant its branches capture, which `custom_vmap` rejects.
-    Here the function is traced first and its constants become explicit (ignored) arguments.
+
+    A call that `vmap` batches as it is traced (the common case: straight-line code under
+    `vmap`) never traces the function itself: a first `custom_vmap` (the probe) learns that
+    the call is batched and runs `batched_rule` inside its own batching rule; a second one,
+    whose unbatched version only has the right shapes, hands those results back to the
+    batched code. Only a call traced unbatched (at the top level, or inside a `cond` branch
+    or `jit` that is batched after tracing) traces the function, with its constants made
+    explicit (ignored) arguments, so that `custom_vmap` accepts it wherever it is batched.
     """
 
     def decorate(fun):
         @functools.wraps(fun)
         def call(*args):
             flat, in_tree = jax.tree.flatten(args)
+
+            def run_rule(axis_size, in_batched, leaves):
+                leaves = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+                          for x, batched in zip(leaves, in_batched)]
+                return batched_rule(axis_size, *jax.tree.unflatten(in_tree, leaves))
+
+            found = []  # the batched results, when the probe is batched as it is traced
+
+            @custom_vmap
+            def probe(leaves):
+                return jnp.zeros((), jnp.int32)
+
+            @probe.def_vmap
+            def _(axis_size, in_batched, leaves):
+                if not found and not probe_done:
+                    found.append(run_rule(axis_size, in_batched[0], leaves))
+                return jnp.zeros((), jnp.int32), False
+
+            probe_done = False
+            probe(flat)
+            probe_done = True
+            if found:
+                out = found[0]
+                out_leaves, out_tree = jax.tree.flatten(out)
+
+                @custom_vmap
+                def hand_back(leaves):
+                    # Never evaluated: every call of it is batched (the probe's was).
+                    return [jnp.zeros(x.shape[1:], x.dtype) for x in out_leaves]
+
+                @hand_back.def_vmap
+                def _(axis_size, in_batched, leaves):
+                    return out_leaves, [True] * len(out_leaves)
+
+                return jax.tree.unflatten(out_tree, hand_back(flat))
+
             closed, out_shape = jax.make_jaxpr(
                 lambda *leaves: fun(*jax.tree.unflatten(in_tree, leaves)),
                 return_shape=True)(*flat)
@@ -80,10 +123,7 @@ def custom_batching(batched_rule: Callable):
 
             @traced.def_vmap
             def batched(axis_size, in_batched, consts, leaves):
-                leaves = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-                          for x, batched in zip(leaves, in_batched[1])]
-                out = jax.tree.leaves(batched_rule(axis_size,
-                                                   *jax.tree.unflatten(in_tree, leaves)))
+                out = jax.tree.leaves(run_rule(axis_size, in_batched[1], leaves))
                 return out, [True] * len(out)
 
             out = traced(list(closed.consts), flat)

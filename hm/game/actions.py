@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int32, UInt32
 
-from hm.game import bitboard, geometry
+from hm.game import bitboard, entities, geometry
 from hm.game import constants as C
 from hm.game.state import GameState
 
@@ -55,31 +55,6 @@ def player_cell(state: GameState) -> Int32[Array, ""]:
     return state.player.row * C.COLS + state.player.col
 
 
-def _or_reduce(*words: UInt32[Array, " N"]) -> tuple[UInt32[Array, ""], ...]:
-    """Bitwise OR of each array over its axis: one variadic reduction, one pass."""
-    zero = tuple(np.uint32(0) for _ in words)
-    return jax.lax.reduce(words, zero, lambda a, b: tuple(x | y for x, y in zip(a, b)), (0,))
-
-
-def _entity_words(entities, *flags: Bool[Array, " N"]
-                  ) -> tuple[UInt32[Array, ""], ...]:
-    """(occupancy word 0, occupancy word 1, flag word) of the live entities of a list.
-
-    Bit i of the flag word is set when some live entity has `flags[i]`.
-    """
-    alive = entities.alive
-    cell = entities.row.astype(jnp.int32) * C.COLS + entities.col.astype(jnp.int32)
-    shift = jnp.where(cell < _HALF, cell, cell - _HALF).astype(jnp.uint32)
-    bit = np.uint32(1) << shift
-    lo = jnp.where(alive & (cell < _HALF), bit, np.uint32(0))
-    hi = jnp.where(alive & (cell >= _HALF), bit, np.uint32(0))
-    flag = alive.astype(jnp.uint32)            # bit 0: any live entity
-    for i, f in enumerate(flags):
-        flag = flag | ((alive & f).astype(jnp.uint32) << (i + 1))
-    return _or_reduce(lo, hi, flag)
-
-
-
 class _Occupancy(eqx.Module):
     """Bitboards and flags the legality rules need, each from one pass over a list."""
 
@@ -107,9 +82,9 @@ def _occupancy(state: GameState) -> _Occupancy:
                 | (b.siphoned.astype(jnp.uint32) << _HALF)
                 | (reducible.astype(jnp.uint32) << (_HALF + 1)))
     board_hi = jnp.where(is_block & ~_IN_LO, bit, np.uint32(0))
-    block_lo, block_hi = _or_reduce(board_lo, board_hi)
-    e_lo, e_hi, e_flags = _entity_words(e, e.kind == C.DAEMON, e.kind == C.VIRUS)
-    t_lo, t_hi, t_flags = _entity_words(t)
+    block_lo, block_hi = bitboard.or_reduce(board_lo, board_hi)
+    e_lo, e_hi, e_flags = entities.occupancy_words(e, e.kind == C.DAEMON, e.kind == C.VIRUS)
+    t_lo, t_hi, t_flags = entities.occupancy_words(t)
     one = np.uint32(1)
     return _Occupancy(
         block_lo=block_lo & np.uint32((1 << _HALF) - 1), block_hi=block_hi,

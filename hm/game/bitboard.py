@@ -36,6 +36,12 @@ def to_mask(board: UInt32[Array, "2"]) -> Bool[Array, "36"]:
     return ((board[:, None] >> _SHIFTS[None, :]) & np.uint32(1)).astype(bool).reshape(C.NUM_CELLS)
 
 
+def or_reduce(*words: UInt32[Array, " N"]) -> tuple[UInt32[Array, ""], ...]:
+    """Bitwise OR of each array over its axis: one variadic reduction, one pass."""
+    zero = tuple(np.uint32(0) for _ in words)
+    return jax.lax.reduce(words, zero, lambda a, b: tuple(x | y for x, y in zip(a, b)), (0,))
+
+
 def popcount(words: UInt32[Array, "*s"]) -> Int32[Array, "*s"]:
     """Cells set in each word (sum over a board's words for its cell count)."""
     return jax.lax.population_count(words).astype(jnp.int32)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
-from jaxtyping import Array, Bool, Int32
+from jaxtyping import Array, Bool, Int, Int32
 
 
 def broadcast_unbatched(axis_size: int, in_batched, args):
@@ -134,13 +134,15 @@ def custom_batching(batched_rule: Callable):
     return decorate
 
 
-def prefix_count(flags: Bool[Array, " B"]) -> Int32[Array, " B"]:
-    """Inclusive prefix count of `flags`, exact, by blocks of 32 with two small
-    triangular matrix products (`cumsum` is a quadratic reduce-window on CPU)."""
-    batch = flags.shape[0]
+def prefix_sum(values: Int[Array, " B"] | Bool[Array, " B"]) -> Int32[Array, " B"]:
+    """Inclusive prefix sum of small non-negative integers (or a count of flags), by blocks
+    of 32 with two small triangular matrix products: `cumsum` is a quadratic reduce-window
+    on CPU and `associative_scan` is dozens of ops. Exact while the total is below 2**24
+    (float32 products at HIGHEST precision)."""
+    batch = values.shape[0]
     width = min(32, batch)
     padded = math.ceil(batch / width) * width
-    x = jnp.zeros(padded, jnp.float32).at[:batch].set(flags.astype(jnp.float32))
+    x = jnp.zeros(padded, jnp.float32).at[:batch].set(values.astype(jnp.float32))
     x = x.reshape(-1, width)
     hi = jax.lax.Precision.HIGHEST
     inner = jnp.dot(x, jnp.asarray(np.triu(np.ones((width, width), np.float32))), precision=hi)
@@ -158,7 +160,7 @@ def selected_chunk(selected: Bool[Array, " B"], width: int, c) -> Int32[Array, "
     """
     batch = selected.shape[0]
     chunks = math.ceil(batch / width)
-    rank = jnp.where(selected, prefix_count(selected) - 1, chunks * width)
+    rank = jnp.where(selected, prefix_sum(selected) - 1, chunks * width)
     order = jnp.full(chunks * width, batch, jnp.int32).at[rank].set(
         jnp.arange(batch, dtype=jnp.int32), mode="drop")
     return jax.lax.dynamic_slice(order, (c * width,), (width,))

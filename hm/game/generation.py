@@ -167,12 +167,6 @@ _RESOURCE_CDF = tuple(   # amount 1 below the first, 2 below the second, else 3
 # Counting and ordering.
 
 
-def _prefix_sum(x: Int32[Array, " n"] | Bool[Array, " n"]) -> Int32[Array, " n"]:
-    """Inclusive prefix sum. `jnp.cumsum` lowers to a reduce-window that XLA (CPU) runs in
-    quadratic time: 0.25 ms for 2048 entries, against a few µs for this log-depth scan."""
-    return jax.lax.associative_scan(jnp.add, x.astype(jnp.int32))
-
-
 def _ranks(order_key: UInt32[Array, " n"]) -> Int32[Array, " n"]:
     """Rank of each (distinct) key among all of them; a uniformly random order when the
     keys are random. Unrolled comparisons: `jnp.argsort` and a `[n, n]` comparison reduced
@@ -321,7 +315,7 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
 
     def share_out(wanted, capacity):
         """Slots per game, handed out in game order until `capacity` runs out."""
-        end = jnp.minimum(_prefix_sum(wanted), capacity)
+        end = jnp.minimum(batching.prefix_sum(wanted), capacity)
         return end - jnp.concatenate([jnp.zeros(1, jnp.int32), end[:-1]])
 
     def run_round(carry):
@@ -329,7 +323,7 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
         left = jnp.where(found, 0, C.LAYOUT_ATTEMPTS - next_attempt)
         share = share_out(jnp.minimum(left, wanted_by_k), pool)
         share = share + share_out(left - share, pool - jnp.sum(share))  # spare slots
-        end = _prefix_sum(share)
+        end = batching.prefix_sum(share)
         start = end - share
         method = "compare_all" if games <= 256 else "scan"    # cheapest for small batches
         game = jnp.minimum(
@@ -428,7 +422,7 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
 def _pick(options: Bool[Array, " n"], word: UInt32[Array, ""]) -> Int32[Array, ""]:
     """Index of a uniform choice among the true entries of `options` (at least one)."""
     rank = _below(word, jnp.sum(options, dtype=jnp.int32).astype(_U32)).astype(jnp.int32)
-    return jnp.argmax(options & (_prefix_sum(options) == rank + 1)).astype(
+    return jnp.argmax(options & (batching.prefix_sum(options) == rank + 1)).astype(
         jnp.int32)
 
 
@@ -461,7 +455,7 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
         C.DATA_POINTS_MAX - C.DATA_POINTS_MIN + 1)).astype(jnp.int8)
     program = _draw_programs(seeds[_STREAM_PROGRAM])
     is_program = block & ~is_data
-    program_index = _prefix_sum(is_program) - 1
+    program_index = batching.prefix_sum(is_program) - 1
     program = jnp.where(is_program, program[jnp.clip(program_index, 0, C.NUM_PROGRAMS - 1)], -1)
     spawn = jnp.where(is_data, points,
                       jnp.asarray(C.PROGRAM_SPAWN_COUNT)[jnp.maximum(program, 0)])

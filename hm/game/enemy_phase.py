@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Int32, Key, UInt32
 
 from hm.game import batching, bitboard, entities, generation
 from hm.game import constants as C
-from hm.game.state import Enemies, GameState, Snapshot, besides_snapshots
+from hm.game.state import Enemies, GameState, Snapshot, besides_snapshots, pack_snapshot
 
 _UNREACHED = 1_000
 _SPEED = C.ENEMY_SPEED.astype(np.int32)
@@ -451,11 +451,11 @@ def push_snapshot(state: GameState, snapshot: Snapshot, executed: Bool[Array, ""
     slot = (h.top + 1) % C.HISTORY_CAPACITY
     # An out-of-range slot drops the write: in place, with no read of the old entry.
     write = jnp.where(executed, slot, C.HISTORY_CAPACITY)
-    snapshots = jax.tree.map(lambda stack, x: stack.at[write].set(x, mode="drop"),
-                             h.snapshots, snapshot)
+    small, wide = pack_snapshot(snapshot)
     history = eqx.tree_at(
-        lambda x: (x.snapshots, x.top, x.depth), h,
-        (snapshots, jnp.where(executed, slot, h.top),
+        lambda x: (x.small, x.wide, x.top, x.depth), h,
+        (h.small.at[write].set(small, mode="drop"), h.wide.at[write].set(wide, mode="drop"),
+         jnp.where(executed, slot, h.top),
          jnp.where(executed, jnp.minimum(h.depth + 1, C.HISTORY_CAPACITY), h.depth)))
     return eqx.tree_at(lambda s: s.history, state, history)
 

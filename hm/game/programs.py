@@ -43,7 +43,7 @@ from jaxtyping import Array, Bool, Int, Int8, Int32, Key, UInt32
 from hm.game import batching, bitboard, geometry
 from hm.game import constants as C
 from hm.game.actions import ActionOutcome, no_outcome
-from hm.game.state import Board, Enemies, GameState, Player, Snapshot, Transmissions
+from hm.game.state import Board, Enemies, GameState, Player, Snapshot, Transmissions, unpack_snapshot
 
 # Programs run for the whole batch (cheap, or common as PUSH is) and the rest, run only
 # for the games that chose them.
@@ -492,14 +492,15 @@ def _run_batch(state: GameState, program: Int32[Array, " B"], key: UInt32[Array,
     batch = program.shape[0]
     g = _game(state)
     out = _dense(g, program)
-    snapshots, top = state.history.snapshots, state.history.top
+    history = state.history
 
     def chunk(index, out):
         safe = jnp.minimum(index, batch - 1)
         games = jax.tree.map(lambda x: x[safe], g)
         # One row per game of the flattened `[B * H, ...]` stack: a plain row gather.
-        at = safe * C.HISTORY_CAPACITY + top[safe]
-        snap = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[at], snapshots)
+        at = safe * C.HISTORY_CAPACITY + history.top[safe]
+        snap = unpack_snapshot(*(x.reshape((-1, x.shape[-1]))[at]
+                                 for x in (history.small, history.wide)))
         effect, undone = _sparse(games, snap, program[safe], key[safe], impl)
         undo = program[safe] == C.UNDO
         undo_index = jnp.where(undo, index, batch)

@@ -208,7 +208,7 @@ def check_stage(state, persisting_enemies=(), persisting_transmissions=()):
     assert not state.show and not state.calm and not state.step_active
     assert int(state.atk_uses) == 0 and not state.won
     assert int(state.history.depth) == 0
-    assert all(not np.any(x) for x in jax.tree.leaves(state.history.snapshots))
+    assert all(not np.any(x) for x in (state.history.small, state.history.wide))
     # §11 the stage's transmissions: after the persisting ones, on free cells, off the
     # line of fire while a free cell off it exists
     t = state.transmissions

@@ -100,7 +100,7 @@ class History(eqx.Module):
     Slot h holds one `Snapshot` packed into two rows (`pack_snapshot`): `small[h]`, its
     int8 and bool leaves as int8, and `wide[h]`, its int32 leaves, each leaf flattened in
     pytree order. A push then writes two rows in place instead of one row of each of 38
-    leaves (under `vmap`, 25 scatters). `top` is the slot of the most recent entry and
+    leaves (under `vmap`, 38 scatters). `top` is the slot of the most recent entry and
     `depth` how many entries are held. Pushing onto a full stack drops the oldest.
     """
 

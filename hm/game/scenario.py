@@ -63,8 +63,7 @@ _BLOCK_KEYS = frozenset({
     "programActionIndex", "hidden"})
 _RESOURCE_KEYS = frozenset({"row", "col", "credits", "energy", "dataSiphon"})
 
-# Payload keys that only some block kinds take (a data block naming a program is an error).
-_DATA_KEYS = frozenset({"points"})
+# Payload keys only program blocks take: a data block naming a program is an error.
 _PROGRAM_KEYS = frozenset({"programType", "programActionIndex"})
 
 _REQUIRED = object()
@@ -309,7 +308,13 @@ def _read_blocks(d: dict, t: GameState, cells: _Cells, exit_cell: int):
             program = -1
             spawn = _int(f, "spawnCount", path, points, 0, max_spawn)
         else:
-            _reject(f, _DATA_KEYS, path, described)
+            # The original's parity protocol writes `"points": 0` on every block, program
+            # blocks too (its setState ignores the key there). 0 is what a program block
+            # holds, so that value is accepted; any other contradicts the block's type.
+            points = f.get("points", 0)
+            if not _is_int(points) or points != 0:
+                raise ValueError(f"{path}points: a {described} block has no points, only 0 "
+                                 f"is accepted (got {points!r})")
             points = 0
             program = _program(f, path)
             spawn = _int(f, "spawnCount", path, C.SCENARIO_PROGRAM_SPAWN_DEFAULT, 0, max_spawn)

@@ -260,6 +260,54 @@ def test_owned_programs():
     assert to_dict(s)["ownedPrograms"] == [5, 10, 27]
 
 
+# What the original game's parity-test protocol sends to setState: every field of its
+# test dataclasses, filled with their defaults where a test does not set one. A program
+# block carries `"points": 0` (and `"spawnCount": 0` unless set); a data block carries
+# no program keys; a resource carries all three amounts.
+ORIGINAL_PROTOCOL = {
+    "player": {"row": 3, "col": 3, "hp": 3, "credits": 0, "energy": 2, "dataSiphons": 1,
+               "attackDamage": 1, "score": 0},
+    "enemies": [{"type": "virus", "row": 4, "col": 3, "hp": 2, "stunned": False,
+                 "spawnedFromSiphon": False, "isFromScheduledTask": False}],
+    "transmissions": [{"row": 0, "col": 0, "turnsRemaining": 3, "enemyType": "cryptog"}],
+    "blocks": [{"row": 1, "col": 1, "type": "data", "points": 4, "spawnCount": 4,
+                "siphoned": False},
+               {"row": 2, "col": 2, "type": "program", "points": 0, "spawnCount": 2,
+                "siphoned": False, "programType": "push", "programActionIndex": 5},
+               {"row": 2, "col": 4, "type": "program", "points": 0, "spawnCount": 0,
+                "siphoned": True, "programType": "atk+", "programActionIndex": 26}],
+    "resources": [{"row": 0, "col": 5, "credits": 0, "energy": 0, "dataSiphon": True},
+                  {"row": 1, "col": 2, "credits": 2, "energy": 0, "dataSiphon": False}],
+    "ownedPrograms": [5],
+    "stage": 1, "turn": 0, "showActivated": False, "scheduledTasksDisabled": False,
+}
+
+
+def test_the_original_protocol_is_accepted():
+    s = jax.device_get(from_dict(ORIGINAL_PROTOCOL))
+    b = s.board
+    push, atk = cell(2, 2), cell(2, 4)
+    assert (int(b.block_points[cell(1, 1)]), int(b.block_spawn[cell(1, 1)])) == (4, 4)
+    assert (int(b.block_program[push]), int(b.block_points[push]),
+            int(b.block_spawn[push])) == (C.PUSH, 0, 2)
+    assert (int(b.block_program[atk]), int(b.block_spawn[atk]), bool(b.siphoned[atk])) == (
+        C.ATK_PLUS, 0, True)
+    assert int(b.content[cell(0, 5)]) == C.PICKUP and int(b.credits[cell(1, 2)]) == 2
+    # `"points": 0` on a program block means what leaving it out means.
+    without = copy.deepcopy(ORIGINAL_PROTOCOL)
+    for block in without["blocks"][1:]:
+        del block["points"]
+    assert states_equal(from_dict(ORIGINAL_PROTOCOL), from_dict(without))
+
+
+def test_zero_points_on_a_hidden_program_is_accepted():
+    with_zero = minimal(blocks=[{"row": 0, "col": 1, "type": "question", "hidden": "program",
+                                 "programType": "row", "points": 0}])
+    without = minimal(blocks=[{"row": 0, "col": 1, "type": "question", "hidden": "program",
+                               "programType": "row"}])
+    assert states_equal(from_dict(with_zero), from_dict(without))
+
+
 # --------------------------------------------------------------------------- cells
 
 
@@ -517,6 +565,11 @@ BAD_INPUT = {
     "data block naming a program": (_set([B, 0, "programType"], "push"), "programType",
                                     "'push'"),
     "program block with points": (_set([B, 1, "points"], 3), "points", "3"),
+    "program block with points false": (_set([B, 1, "points"], False), "points", "False"),
+    "program block with points 0.0": (_set([B, 1, "points"], 0.0), "points", "0.0"),
+    "hidden program with points": (_set([B, 2], {"row": 1, "col": 4, "type": "question",
+                                                 "hidden": "program", "programType": "row",
+                                                 "points": 2}), "blocks[2].points", "2"),
     "hidden on a visible block": (_set([B, 0, "hidden"], "data"), "hidden", "'data'"),
     "hidden data naming a program": (_set([B, 2, "programActionIndex"], 5),
                                      "programActionIndex", "5"),

@@ -2,9 +2,10 @@
 # Shared bootstrap for the bin/ entry points; source it, then call `hm_venv [EXTRAS]`.
 #
 # Makes sure the repo's .venv exists (created with the first Python >= 3.11 found) and
-# holds hm installed editable with EXTRAS plus any in $HM_EXTRAS (e.g. HM_EXTRAS=tpu).
-# pip runs only when pyproject.toml, the extras or the repo's location changed since the
-# last install, so a warm start costs nothing. Sets HM_ROOT and HM_PYTHON.
+# holds hm installed editable with EXTRAS plus any in $HM_EXTRAS (e.g. HM_EXTRAS=tpu),
+# at the versions pinned in constraints.txt (the ones the suite passes on).
+# pip runs only when pyproject.toml, constraints.txt, the extras or the repo's location
+# changed since the last install, so a warm start costs nothing. Sets HM_ROOT and HM_PYTHON.
 
 hm_find_python() {
   local candidate
@@ -39,11 +40,12 @@ hm_venv() {
 
   local spec="." stamp="$venv/.hm-installed-${extras:-base}" want
   if [[ -n $extras ]]; then spec=".[$extras]"; fi
-  want="$("$HM_PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' \
-    "$HM_ROOT/pyproject.toml") $HM_ROOT"
+  want="$("$HM_PYTHON" -c 'import hashlib, sys; print(*(hashlib.sha256(open(p, "rb").read()).hexdigest() for p in sys.argv[1:]))' \
+    "$HM_ROOT/pyproject.toml" "$HM_ROOT/constraints.txt") $HM_ROOT" || return 1
   if [[ ! -f $stamp || $(<"$stamp") != "$want" ]]; then
-    echo "hm: installing $spec into $venv (once per change of pyproject.toml)" >&2
-    (cd "$HM_ROOT" && PIP_DISABLE_PIP_VERSION_CHECK=1 "$HM_PYTHON" -m pip install -q -e "$spec") || return 1
+    echo "hm: installing $spec into $venv (once per change of pyproject.toml or constraints.txt)" >&2
+    (cd "$HM_ROOT" && PIP_DISABLE_PIP_VERSION_CHECK=1 "$HM_PYTHON" -m pip install -q \
+      -c constraints.txt -e "$spec") || return 1
     echo "$want" >"$stamp"
   fi
 }

@@ -58,6 +58,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     num_processes: int | None = _OPTIONS.num_processes  # Multi-host: number of processes (automatic on TPU pods).
     process_id: int | None = _OPTIONS.process_id  # Multi-host: this process's index in [0, num_processes).
     no_progress: bool = False  # Draw no progress bar (console lines are still printed).
+    profile: Path | None = _OPTIONS.profile  # Write a jax.profiler trace of one call (the first after compiling) to this directory.
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)})
@@ -77,6 +78,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
             num_processes=self.num_processes,
             process_id=self.process_id,
             progress=not self.no_progress,
+            profile=self.profile,
         )
 
 

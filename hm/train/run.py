@@ -35,6 +35,7 @@ from hm.train import (
     make_mesh,
     make_train_fn,
     maybe_initialize_distributed,
+    profiling,
     reshard_for,
     resolve,
     to_global,
@@ -84,6 +85,7 @@ class RunOptions:
     num_processes: int | None = None
     process_id: int | None = None
     progress: bool = True
+    profile: Path | None = None  # write a jax.profiler trace of one call here (hm.train.profiling)
 
 
 def validate_options(options: RunOptions) -> None:
@@ -127,6 +129,8 @@ def validate_options(options: RunOptions) -> None:
             )
     if options.resume is not None and not Path(options.resume).expanduser().exists():
         raise ConfigError("--resume", f"--resume: {options.resume} does not exist")
+    if options.profile is not None and Path(options.profile).expanduser().is_file():
+        raise ConfigError("--profile", f"--profile must name a directory; {options.profile} is a file")
 
 
 def configure_compile_cache(directory: Path | None) -> None:
@@ -323,6 +327,9 @@ class Trainer:
         self._recent_return: float | None = None
         self._started = time.monotonic()
         self._steps_at_start = self.env_steps
+        calls_left = -(-(self.num_updates - self.update) // self.updates_per_call)
+        # Only process 0 traces: it alone writes files, and hosts' trace names could collide.
+        self._profiled_call = profiling.call_to_trace(calls_left) if options.profile and self.is_writer else None
 
     # Setup.
 
@@ -408,10 +415,17 @@ class Trainer:
         Returns the per-update metrics. Sets `diverged` (and saves nothing) when a
         metric is NaN or inf.
         """
+        profiled = self.calls == self._profiled_call
         started = time.perf_counter()
-        self.state, metrics = self._train_fn(self.state)
-        rows = split_updates(to_host(metrics), self.updates_per_call)
-        finished = time.perf_counter()
+        with profiling.trace(self.options.profile if profiled else None):
+            self.state, metrics = self._train_fn(self.state)
+            rows = split_updates(to_host(metrics), self.updates_per_call)  # waits for the call
+            finished = time.perf_counter()
+        if profiled:
+            self.say(
+                f"profile: call {self.calls + 1} traced to {self.options.profile} (tensorboard --logdir "
+                f"{self.options.profile}, or open its {profiling.PERFETTO_FILE} at ui.perfetto.dev)"
+            )
         self.calls += 1
         first_update, steps_before = self.update, self.env_steps
         self.update += self.updates_per_call
@@ -423,7 +437,8 @@ class Trainer:
         else:
             # End to end: since the previous call finished, host work (logs, saves) included.
             rate = self.updates_per_call * self.batch_size / (finished - self._last_call_finished)
-        self._last_call_finished = finished
+        # Writing a trace takes a while: the next call's rate starts after it.
+        self._last_call_finished = time.perf_counter() if profiled else finished
         interval = self.options.log_interval
         stride = self.updates_per_call // len(rows)
         logged_any = False

@@ -1,17 +1,22 @@
-"""Legal-action mask (§5), directional actions (§7) and siphoning (§8, §14.3).
+"""The player's own actions: the legal-action mask (docs/rules.md#legal-actions, §5),
+moving and attacking (docs/rules.md#moving-and-attacking, §7), siphoning
+(docs/rules.md#siphon, §8) and the reward's siphon-quality check
+(docs/rules.md#siphon-quality, §14.3). Section numbers (§) in this module are those of
+docs/rules.md.
 
-Written for `jax.vmap` over thousands of games on XLA CPU, where every `[batch, 36]`
-intermediate costs memory traffic and every reduction over the 36-cell axis costs far
-more than a per-game gather (see PERFORMANCE.md). So:
+Every rule here asks a question about the player's surroundings ("is there an enemy in
+this line?", "what does this cross hold?"). Under `jax.vmap` over thousands of games the
+cost is any per-game work over all 36 cells (docs/performance.md), so the questions are
+answered without it:
 
 * entity lists are summarised by ONE variadic OR-reduction into bitboard words
   (two uint32 words of occupancy, bit `cell % 18` of word `cell // 18`, as in
-  `bitboard.py`) plus flag bits; the rules' "is there an X at / around / in line with
-  the player" questions then become bit tests against static per-cell masks;
+  `bitboard.py`) plus flag bits; "is there an X at / around / in line with the player"
+  then becomes a bit test against static per-cell masks;
 * the player's cross, neighbours and ray are read by gathers of a few cells;
-* the siphon-quality check (§14.3) compares no multisets and sorts nothing: it is one
-  small matrix product (sums over every cross) and one max-reduction (see `_cross_view`
-  for why this is exact).
+* the siphon-quality check compares no multisets and sorts nothing: it is one small
+  matrix product (sums over every cross) and one max-reduction (see `_cross_view` for
+  why this is exact).
 """
 
 import equinox as eqx

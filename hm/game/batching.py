@@ -1,9 +1,13 @@
 """Batch-level skipping for rules that most games of a batch do not need this step.
 
-Under `jax.vmap`, `lax.cond` becomes a select that runs both branches for every game.
-A rule with a custom batching rule (`jax.custom_batching.custom_vmap`) can instead ask
-one question of the whole batch ("does any game need this?") and skip the work for real.
-The helpers here keep those batching rules short and alike.
+No rule lives here (docs/rules.md has them); the rules that use it are the enemy
+activations (docs/rules.md#enemy-phase), stage generation and transmission placement
+(docs/rules.md#stages, docs/rules.md#transmission-placement) and the rarer programs
+(docs/rules.md#program-effects). Under `jax.vmap`, `lax.cond` becomes a select that runs
+both branches for every game. A rule with a custom batching rule
+(`jax.custom_batching.custom_vmap`) can instead ask one question of the whole batch
+("does any game need this?") and skip the work for real. The helpers here keep those
+batching rules short and alike.
 """
 
 import functools

@@ -1,8 +1,11 @@
-"""36-cell bitboards as two uint32 words (GAME_RULES.md §17.3; PERFORMANCE.md).
+"""36-cell bitboards as two uint32 words: the cell sets of the rules (docs/rules.md#fixed-shapes, §17.3).
 
 Word 0 holds rows 0–2 (cells 0–17), word 1 rows 3–5 (cells 18–35), bit `cell % 18`.
-A breadth-first search becomes a fixed number of shift-and-mask dilations: about 100×
-faster than a padded-array wavefront, and needing no 64-bit integers.
+Two 32-bit words need no 64-bit integers (JAX's x64 mode stays off). A breadth-first
+search over the board (enemy movement, §10.1; the exit distance, §14.2; a layout's
+connectivity, §12.4) becomes a fixed number of shift-and-mask dilations instead of a
+wavefront over a padded array; docs/performance.md has the measured difference. Section
+numbers (§) are those of docs/rules.md.
 """
 
 import jax

@@ -1,6 +1,6 @@
-"""Every table of the rules, named, with the GAME_RULES.md section it comes from.
+"""Every table of the rules, named, with the section of docs/rules.md it comes from (§).
 
-Rules code looks values up here; nothing else in `hm` repeats a number from the spec.
+Rules code looks values up here; nothing else in `hm` repeats a number of the rules.
 Tables are plain tuples (host side) and `numpy` arrays (to be closed over by jitted
 code as constants).
 """

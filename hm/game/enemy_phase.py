@@ -1,14 +1,22 @@
-"""The enemy phase (GAME_RULES.md §10, §10.1).
+"""The enemy phase (docs/rules.md#enemy-phase, §10) and how an enemy moves
+(docs/rules.md#enemy-movement, §10.1). Section numbers (§) are those of docs/rules.md.
 
-Activations are strictly sequential (each sees the moves before it). Under `vmap` the
-games of a batch become the *lanes* of one activation loop (`_run_phase_lanes`): an
-activation step visits its enemies in the order of random keys, one activation per loop
-iteration, and the loop stops as soon as no game of the batch has an activation left.
-Every cell set is a bitboard (two uint32 words per game), so an activation costs a few
-dozen operations on `[batch]` vectors: movement rule A is a breadth-first search from the
-player that stops, batch-wide, once every game has found its enemy's neighbours; rule B
-ignores occupancy, so its two distance fields (glitches or not) are computed once per
-phase as bit planes; rule C is arithmetic.
+`enemy_phase` runs the steps of §10 in order: STEP swallowing the phase, the turn count,
+the countdown and hatching (`_hatch`), the activations (`_activate`: attack if adjacent,
+else move by rule A, B or C in `_activation`), the scheduled and siphon transmissions
+(placed by `generation.maybe_place_transmissions`), and the stun and disabled updates.
+The caller pushes the UNDO snapshot (`push_snapshot`) once it knows the step stands.
+
+Why it is shaped so. Activations are strictly sequential (each sees the moves before
+it), so within one game they form a loop; what can be vectorised is the games. Under
+`vmap` the games of a batch become the *lanes* of one activation loop
+(`_run_phase_lanes`): an activation step visits its enemies in the order of random
+keys, one activation per loop iteration, and the loop stops as soon as no game of the
+batch has an activation left. Every cell set is a bitboard (two uint32 words per game),
+so an activation is a few dozen operations on `[batch]` vectors: movement rule A is a
+breadth-first search from the player that stops, batch-wide, once every game has found
+its enemy's neighbours; rule B ignores occupancy, so its two distance fields (glitches
+or not) are computed once per phase as bit planes; rule C is arithmetic.
 """
 
 from collections.abc import Callable

@@ -1,10 +1,11 @@
-"""Fixed-capacity entity lists: compaction and appending (GAME_RULES.md §17.1, §17.2).
+"""Fixed-capacity entity lists: compaction and appending (docs/rules.md#fixed-shapes, §17.1, §17.2).
 
 Enemy and transmission lists are structs of arrays whose first field is `alive`.
 A list is *compact* when its live entries fill slots `0 .. n−1` in list order and every
 other slot is all zeros. Rules may clear `alive` in place (list order is unchanged by a
 removal); `compact` restores the canonical form, and `append` adds entries after the
-last live one, dropping what does not fit (§17.1).
+last live one, dropping what does not fit (§17.1). Section numbers (§) are those of
+docs/rules.md.
 """
 
 import jax

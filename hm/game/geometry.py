@@ -1,7 +1,7 @@
-"""Static cell tables of the 6×6 board (GAME_RULES.md §0.2, §1), built once with numpy.
+"""Static cell tables of the 6×6 board (docs/rules.md#conventions, §0.2; docs/rules.md#board, §1), built once with numpy.
 
 Each table lists cell indices (`row * 6 + col`) with −1 where a cell would be off the
-board, in the rules' canonical orders.
+board, in the rules' canonical orders. Section numbers (§) are those of docs/rules.md.
 """
 
 import numpy as np

@@ -1,7 +1,14 @@
-"""The numeric observation (GAME_RULES.md §15), computed from a state after a step.
+"""The numeric observation (docs/rules.md#observation, §15), computed from a state after a step.
 
-How it is built (what makes it fast under `jax.vmap` on XLA CPU). The output, 1545
-float32 per game, is the only large array; everything before it is per cell (36 wide).
+What it is: the player vector (10 floats, §15.1), program ownership (23 integers,
+§15.2) and the 6×6×42 grid (§15.3), which `flat()` lays out as one 1545-float vector;
+every value is the correctly rounded float32 quotient. docs/rules.md#grid lists the
+channels; their numbers are `constants.CH_*`. Section numbers (§) are those of
+docs/rules.md.
+
+How it is built. The output is the only large array of a step (1545 floats per game),
+so nothing before it is larger than one value per cell, and the output is written in
+one pass:
 
 1. `_source` packs what a game's observation shows into one small int32 table (321
    words): the 33 head values (player vector and programs, as float32 bits), then,

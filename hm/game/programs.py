@@ -1,29 +1,35 @@
-"""The 23 programs (GAME_RULES.md §9), as one vectorised update over a batch of games.
+"""The 23 programs (docs/rules.md#program-effects, §9): pay the cost, then apply the effect.
 
-Under `vmap` every branch of a `switch` runs, so the effects are computed by table
-look-up and `where` for the chosen program id of each game. What makes this fast on CPU:
+`run_program(state, program, key)` runs one program in one game; legality (ownership,
+cost, each program's condition, docs/rules.md#program-table) is the caller's. Section
+numbers (§) are those of docs/rules.md.
+
+Why it is shaped so. Under `vmap` every branch of a `switch` runs, so the effects are
+computed by table look-up and `where` for the chosen program id of each game, and:
 
 * **Batch view.** `run_program` has a custom batching rule (`batching.custom_batching`): under
   `vmap` it sees the whole batch at once, so it can ask batch-wide questions (`lax.cond`
   on "does any game need this?") and gather the few games that need expensive work.
   Unbatched, it is the same code run on a batch of one: there is one implementation.
-* **Dense and sparse programs.** The cheap programs, and PUSH/PULL (every move action
-  reaches here as program id 0), are computed for every game with elementwise `[B, 36]`
-  arithmetic. The other ten (CRASH, WARP, POLY, DEBUG, ROW, COL, UNDO, D_BOM, ANTI-V,
-  HACK) are rare per game but costly for a whole batch (random draws, snapshot gathers,
-  per-list sums): only the games running one of them are gathered, `SPARSE_ROWS` at a
-  time, computed, and scattered back. Further chunks run only when more games need them.
-* **No `[36, 36]` compares, few reductions.** A reduction over the 36 slots of each game
-  (the minor axis) is scalar code on XLA CPU, and a `[B, 36, 36]` compare is far worse.
-  "The first entity of each cell in list order" (PUSH/PULL collisions, kills of "remove
-  all at X") is a sequential pass over the slots that carries the bitboard of the cells
-  seen so far (two `uint32` words per game, as in `bitboard.py`); each step is
-  elementwise over the batch, and XLA fuses the pass into one loop.
+* **Dense and sparse programs.** The cheap programs and PUSH/PULL (`DENSE_PROGRAMS`) are
+  computed for every game with elementwise `[B, 36]` arithmetic; PUSH/PULL's collision
+  pass is skipped when no game of the batch pushes or pulls (the step runs WAIT for
+  actions that are not programs). The other ten (CRASH, WARP, POLY, DEBUG, ROW, COL,
+  UNDO, D_BOM, ANTI-V, HACK) are rare per game but costly for a whole batch (random
+  draws, snapshot gathers, per-list sums): only the games running one of them are
+  gathered, `SPARSE_ROWS` at a time, computed, and scattered back. Further chunks run
+  only when more games need them.
+* **No `[36, 36]` compares, few reductions over a game's 36 slots.** "The first entity of
+  each cell in list order" (PUSH/PULL collisions, kills of "clear a cell") is a sequential
+  pass over the slots that carries the bitboard of the cells seen so far (two `uint32`
+  words per game, as in `bitboard.py`); each step is elementwise over the batch, and XLA
+  fuses the pass into one loop.
 * **Random draws.** WARP's and POLY's `jax.random.randint` outcomes are computed by
-  `_threefry2x32`, the hash of JAX's default PRNG written out unrolled (its CPU lowering
-  is a rolled loop of small kernels), with JAX's exact `split`/`randint` arithmetic, for
-  the gathered games only: the same keys give the same outcomes. Another PRNG
-  implementation, or non-partitionable threefry, falls back to `jax.random` itself.
+  `_threefry2x32`, the hash of JAX's default PRNG written out unrolled (JAX's own lowering
+  is a rolled loop of small kernels on CPU), with JAX's exact
+  `split`/`randint` arithmetic, for the gathered games only: the same keys give the same
+  outcomes. Another PRNG implementation, or non-partitionable threefry, falls back to
+  `jax.random` itself.
 
 Lists are compact (state.py): the live entities fill slots `0 .. n-1` and dead slots are
 all zero. WARP's target list relies on this (entry k is slot k), as it always has, and

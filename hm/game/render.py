@@ -1,7 +1,7 @@
 """A text picture of one state for humans (`bin/play`, `bin/watch`).
 
 Each board cell is two lines of `CELL_WIDTH` characters inside a grid, row 5 at the
-top (GAME_RULES.md §1). The first line shows who stands there (player, enemies,
+top (docs/rules.md#board). The first line shows who stands there (player, enemies,
 transmissions) and ends with the siphon-center mark; the second shows what the cell
 holds (exit, pickup, block, resource) and ends with the siphoned mark. This is a
 debugging view, so it shows what the agent cannot see too (hidden cryptogs, question

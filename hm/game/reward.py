@@ -1,4 +1,7 @@
-"""The reward (GAME_RULES.md §14): fifteen terms, each reported on its own."""
+"""The reward (docs/rules.md#reward, §14): fifteen terms, each reported on its own.
+
+Section numbers (§) are those of docs/rules.md; the terms' names are `constants.REWARD_TERMS`.
+"""
 
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float32, Int32

@@ -1,4 +1,4 @@
-"""The game state as Equinox pytrees of fixed shape (GAME_RULES.md §2, §17).
+"""The game state as Equinox pytrees of fixed shape (docs/rules.md#state, §2; docs/rules.md#fixed-shapes, §17).
 
 Every class here is a single, unbatched game; batching is `jax.vmap` by the caller.
 Cells are stored flat: cell index `row * 6 + col` (row 0 is the bottom row, §1).
@@ -6,7 +6,8 @@ Entity lists (enemies, transmissions) are fixed-capacity structs of arrays with 
 `alive` mask, kept *compact*: the live entities occupy slots `0 .. n-1` in list order
 (creation order, §17.2) and every dead slot holds zeros. Compact lists make list order
 the slot order (no creation counter to carry) and make the state canonical, so two
-states that mean the same game compare equal leaf by leaf.
+states that mean the same game compare equal leaf by leaf. Section numbers (§) are
+those of docs/rules.md.
 """
 
 import functools

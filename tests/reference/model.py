@@ -1,8 +1,10 @@
-"""Reference model of HackMatrix: a literal, plain-Python reading of GAME_RULES.md.
+"""Reference model of HackMatrix: a literal, plain-Python reading of the rules.
 
 This module shares no code with `hm.game`. It is written to be read side by side with
-/work/shared/spec/GAME_RULES.md (section numbers in comments) and SCENARIO.md, and is
-used as the oracle of the differential tests. No JAX, no numpy.
+docs/rules.md (section numbers in comments are its sections, which keep the numbering
+of the HackMatrix rules specification the model was written from) and with the scenario
+format of `hm/game/scenario.py`, and is used as the oracle of the differential tests.
+No JAX, no numpy.
 
 Public API
 ----------

@@ -1,4 +1,4 @@
-"""HackMatrix rules in pure JAX (GAME_RULES.md; scenarios: SCENARIO.md).
+"""HackMatrix rules in pure JAX. The rules themselves are written down in docs/rules.md.
 
 Every function takes and returns a single, unbatched game; batch with `jax.vmap`.
 

@@ -1,4 +1,7 @@
-"""One environment step and a new game (GAME_RULES.md §6, §12.5, §13)."""
+"""One environment step and a new game (docs/rules.md#step, §6; docs/rules.md#game-start,
+§12.5; docs/rules.md#episode-end, §13). Section numbers (§) in this module are those of
+docs/rules.md.
+"""
 
 import equinox as eqx
 import jax

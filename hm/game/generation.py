@@ -1,8 +1,11 @@
-"""Stage generation: transmission placement, blocks, resources, stages (GAME_RULES.md §11, §12).
+"""Stage generation and transmission placement: docs/rules.md#stages (§12: completing and
+initialising a stage, resources, blocks, a new game) and
+docs/rules.md#transmission-placement (§11). Section numbers (§) are those of docs/rules.md.
 
 Everything here is an unbatched rule `f(state, ..., key) -> state`; batching is `jax.vmap`
 at the call site. Generation is the one expensive rule of the game (up to 100 block-layout
-attempts, each a flood fill), so it is built to cost little under `vmap`:
+attempts, each a flood fill), and it runs only for the few games of a batch that start a
+stage, so it is built to cost little under `vmap`:
 
 * **Bitboards.** A layout attempt is a bitboard: its K cells are a uniform K-subset of the
   32 non-corner cells drawn with Floyd's algorithm on one uint32 and moved onto the
@@ -11,7 +14,7 @@ attempts, each a flood fill), so it is built to cost little under `vmap`:
 * **Cheap randomness.** Each game's key is hashed into a few seed words; the many values a
   stage needs are a keyed 32-bit integer hash of a counter (`_words`). Integer draws are
   exact up to a bias of n / 2**32 (`_below`); random orders (transmission cells, programs)
-  are ranks of random keys.
+  are ranks of random keys (docs/rules.md#departures lists what this changes).
 * **Attempts are indexed.** Attempt `a` of a game depends only on (seed, a), so the
   committed layout — the first valid attempt among attempts 0..99 — does not depend on how
   attempts are scheduled. Unbatched, attempts run in rounds of `_ROUND`, each round skipped

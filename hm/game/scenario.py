@@ -1,9 +1,10 @@
 """Scenario I/O: JSON-able dicts to and from `GameState` (SCENARIO.md).
 
-A scenario is the human-writable form of one unbatched state. `from_dict` validates
-the whole dict first and only then builds the arrays, so it either returns a complete
-state or raises `ValueError` naming the offending key and value; it never returns a
-half-built state. `to_dict` writes every key, so `from_dict(to_dict(s))` equals `s`
+A scenario is the human-writable form of one unbatched state, in the rules' own terms
+(docs/rules.md#state); a key left out takes its value from the bare fixture
+(docs/rules.md#fixture). `from_dict` validates the whole dict first and only then
+builds the arrays, so it either returns a complete state or raises `ValueError` naming
+the offending key and value; it never returns a half-built state. `to_dict` writes every key, so `from_dict(to_dict(s))` equals `s`
 leaf by leaf except `history`, which a scenario cannot describe (`from_dict` always
 starts with an empty UNDO stack).
 

@@ -4,9 +4,9 @@ A scenario is the human-writable form of one unbatched state, in the rules' own 
 (docs/rules.md#state); a key left out takes its value from the bare fixture
 (docs/rules.md#fixture). `from_dict` validates the whole dict first and only then
 builds the arrays, so it either returns a complete state or raises `ValueError` naming
-the offending key and value; it never returns a half-built state. `to_dict` writes every key, so `from_dict(to_dict(s))` equals `s`
-leaf by leaf except `history`, which a scenario cannot describe (`from_dict` always
-starts with an empty UNDO stack).
+the offending key and value; it never returns a half-built state. `to_dict` writes
+every key, so `from_dict(to_dict(s))` equals `s` leaf by leaf except `history`, which a
+scenario cannot describe (`from_dict` always starts with an empty UNDO stack).
 
 This is host-side code: plain Python and numpy, no tracing. The dtypes and capacities
 of the arrays it builds come from `bare_state()`, so they follow `state.py`.

@@ -5,7 +5,8 @@ The session reads standard input line by line, so it works the same typed or pip
 the reward with its nonzero terms (GAME_RULES.md §14.1) and the new board. Input that
 names an illegal action is refused with the reason and asks again, without stepping:
 an illegal action ends the game (§5), which a typo should not do (`--allow-illegal`
-submits it anyway, to see the rule).
+submits it anyway, to see the rule). `--html FILE` records the game as a replay page
+(`hm.viz`): the board as a picture at every step, with the action and reward.
 
 The single-game helpers here (compiled `reset`, `step`, `legal_actions`, action names,
 reward lines, argument checks) serve `bin/watch` too, so both tools share one compiled
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from tap import Tap
 
-from hm import command, game
+from hm import command, game, viz
 from hm.game import constants as C
 from hm.game.render import LEGEND
 from hm.game.scenario import PROGRAM_IDS, program_name
@@ -79,9 +80,14 @@ def action_label(action: int) -> str:
     return f"{label} ({UNDO_KEY})" if action == UNDO_ACTION else label
 
 
+def nonzero_terms(terms: dict[str, Any]) -> dict[str, float]:
+    """A step's reward terms that are not zero, in the table order of GAME_RULES.md §14.1."""
+    return {name: float(terms[name]) for name in C.REWARD_TERMS if float(terms[name]) != 0.0}
+
+
 def reward_line(reward: float, terms: dict[str, Any]) -> str:
     """`reward +0.040 (distance +0.050, step -0.010)`: the total and its nonzero terms."""
-    parts = [f"{name} {float(terms[name]):+.3f}" for name in C.REWARD_TERMS if float(terms[name]) != 0.0]
+    parts = [f"{name} {value:+.3f}" for name, value in nonzero_terms(terms).items()]
     return f"reward {reward:+.3f}" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -222,15 +228,19 @@ class PlayArgs(command.Command):
     scenario: Path | None = None  # Start from this scenario JSON file (SCENARIO.md) instead of a new game.
     save: Path | None = None  # On quit or game over, write the final state to this file as scenario JSON.
     allow_illegal: bool = False  # Submit illegal actions (the game then ends, GAME_RULES.md §5) instead of asking again.
+    html: Path | None = None  # When the session ends, write the game as a self-contained HTML replay (board pictures, controls).
 
     def configure(self) -> None:
         self.add_argument("--scenario", metavar="FILE.json")
         self.add_argument("--save", metavar="FILE.json")
+        self.add_argument("--html", metavar="PATH.html")
 
     def process_args(self) -> None:
         check_seed(self, self.seed)
         if self.save is not None:
             check_output_file(self, "--save", self.save)
+        if self.html is not None:
+            check_output_file(self, "--html", self.html)
 
 
 def read_scenario(parser: Tap, path: Path) -> game.GameState:
@@ -252,7 +262,7 @@ def legal_line(mask: np.ndarray) -> str:
 
 
 def play(state: game.GameState, key: jax.Array, stdin: io.TextIOBase, out: io.TextIOBase, *,
-         allow_illegal: bool = False, echo: bool = False) -> game.GameState:
+         allow_illegal: bool = False, echo: bool = False, record: list[viz.Step] | None = None) -> game.GameState:
     """Run one interactive game from `state` until it ends or the player quits.
 
     Args:
@@ -263,16 +273,24 @@ def play(state: game.GameState, key: jax.Array, stdin: io.TextIOBase, out: io.Te
         allow_illegal: submit actions the legal mask refuses.
         echo: repeat each input line after the prompt (input that is not typed, e.g. a
             pipe, is otherwise missing from the transcript).
+        record: if given, each step taken is appended to it, and the final state with how
+            the session ended (for `--html`).
 
     Returns:
         The state at the end (for `--save`).
     """
     total, steps = 0.0, 0
+
+    def ended(message: str) -> game.GameState:
+        print(message, file=out)
+        if record is not None:
+            record.append(viz.Step(state=jax.device_get(state), index=steps, note=message))
+        return state
+
     print(game.render(state, legend=True), file=out)
     mask = legal_mask(state)
     if bool(state.won) or int(state.player.hp) == 0:
-        print("this game is already over", file=out)
-        return state
+        return ended("this game is already over")
     print(legal_line(mask), file=out)
     while True:
         print("> ", end="", file=out, flush=True)
@@ -280,12 +298,10 @@ def play(state: game.GameState, key: jax.Array, stdin: io.TextIOBase, out: io.Te
         if echo:
             print(line.rstrip("\n"), file=out)
         if not line:
-            print("(end of input)", file=out)
-            return state
+            return ended("(end of input)")
         command = parse_command(line, np.asarray(state.player.owned))
         if command.kind == "quit":
-            print(f"quit after {steps} steps: return {total:+.3f}", file=out)
-            return state
+            return ended(f"quit after {steps} steps: return {total:+.3f}")
         if command.kind == "help":
             print(HELP + "board legend:\n" + "\n".join(LEGEND), file=out)
             print(legal_line(mask), file=out)
@@ -304,14 +320,17 @@ def play(state: game.GameState, key: jax.Array, stdin: io.TextIOBase, out: io.Te
                 continue
             print(f"{action_name(action)} is not legal now ({reason}); submitting it (--allow-illegal)", file=out)
         key, step_key = jax.random.split(key)
+        before = state
         state, _, reward, done, info = advance(state, action, step_key)
+        if record is not None:
+            record.append(viz.Step(state=jax.device_get(before), index=steps, action=action, action_name=action_name(action),
+                                   reward=reward, reward_terms=nonzero_terms(info["reward_terms"])))
         total += reward
         steps += 1
         print(f"{action_name(action)}: {reward_line(reward, info['reward_terms'])}", file=out)
         print(game.render(state, legend=False), file=out)
         if done:
-            print(f"game over after {steps} steps, {outcome(info, state)}: return {total:+.3f}", file=out)
-            return state
+            return ended(f"game over after {steps} steps, {outcome(info, state)}: return {total:+.3f}")
         mask = legal_mask(state)
         print(f"step {steps}  return {total:+.3f}  {legal_line(mask)}", file=out)
 
@@ -330,10 +349,14 @@ def main(argv: Sequence[str] | None = None, stdin: io.TextIOBase | None = None, 
     print(f"hm play: {where}, seed {seed}; type ? for help, q to quit", file=out)
     if state is None:
         state = new_game(start_key)
-    state = play(state, play_key, stdin, out, allow_illegal=args.allow_illegal, echo=not stdin.isatty())
+    record = [] if args.html is not None else None
+    state = play(state, play_key, stdin, out, allow_illegal=args.allow_illegal, echo=not stdin.isatty(), record=record)
     if args.save is not None:
         args.save.write_text(json.dumps(game.to_dict(state), indent=1) + "\n")
         print(f"saved the state to {args.save}", file=out)
+    if args.html is not None:
+        viz.write_html(args.html, record, title=f"bin/play: {where}, seed {seed}")
+        print(f"wrote {args.html} ({len(record)} frames)", file=out)
     return 0
 
 

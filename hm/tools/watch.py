@@ -5,12 +5,18 @@ runners-up), the value the critic gave the state, and the reward with its nonzer
 terms. On a terminal the screen is redrawn in place every `--delay` seconds; piped,
 the steps follow one another as a log. The game is stepped by the same compiled
 `step` as `bin/play`; the agent's choice is one more small compiled program.
+
+`--html PATH` and `--gif PATH` also record what is shown, step by step, as a replay
+(`hm.viz`): a self-contained page with the board drawn as a picture and, per step, the
+action, the likeliest actions, the value and the reward terms; or an animated GIF.
 """
 
 import io
+import math
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -18,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key
 
-from hm import game
+from hm import game, viz
 from hm.command import Command
 from hm.tools.evaluate import DEFAULT_MAX_STEPS
 from hm.tools.play import (
@@ -26,8 +32,10 @@ from hm.tools.play import (
     advance,
     check_float,
     check_int,
+    check_output_file,
     check_seed,
     new_game,
+    nonzero_terms,
     outcome,
     reward_line,
     use_compile_cache,
@@ -37,6 +45,7 @@ from hm.train.network import Network
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 RUNNERS_UP = 3
+REPLAY_CHOICES = 5          # likeliest actions a replay shows per step
 
 
 @eqx.filter_jit
@@ -49,21 +58,36 @@ def choose(network: Network, state: game.GameState, key: Key[Array, ""], greedy:
     return action[0], probs[0], value[0]
 
 
+def ranked_actions(probs: np.ndarray) -> list[int]:
+    """The actions with a nonzero probability, likeliest first (ties in action order)."""
+    return [int(a) for a in np.argsort(-probs, kind="stable") if probs[a] > 0]
+
+
 def choice_line(action: int, probs: np.ndarray, value: float) -> str:
     """`agent: right (p 0.412)  value +0.530  | up 0.300, siphon 0.120`."""
-    others = [int(a) for a in np.argsort(-probs, kind="stable") if a != action and probs[a] > 0][:RUNNERS_UP]
+    others = [a for a in ranked_actions(probs) if a != action][:RUNNERS_UP]
     line = f"agent: {action_name(action)} (p {probs[action]:.3f})  value {value:+.3f}"
     if others:
         line += "  | " + ", ".join(f"{action_name(a)} {probs[a]:.3f}" for a in others)
     return line
 
 
+def replay_choices(action: int, probs: np.ndarray) -> tuple[tuple[str, float], ...]:
+    """The `REPLAY_CHOICES` likeliest actions with their probabilities, and the action
+    taken after them if it was not among them (a sampled long shot)."""
+    shown = ranked_actions(probs)[:REPLAY_CHOICES]
+    if action not in shown:
+        shown.append(action)
+    return tuple((action_name(a), float(probs[a])) for a in shown)
+
+
 def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps: int, delay: float,
-          out: io.TextIOBase, redraw: bool) -> list[float]:
+          out: io.TextIOBase, redraw: bool, record: list[viz.Step] | None = None) -> list[float]:
     """Play and show `episodes` games; returns their returns.
 
     Args:
         redraw: clear the screen before each board (a terminal), instead of logging.
+        record: if given, every step shown is appended to it (for `hm.viz` replays).
     """
     returns = []
     key = jax.random.key(seed)
@@ -80,11 +104,18 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
             print(game.render(state, legend=episode == 1 and steps == 0), file=out)
             choose_key, step_key = jax.random.split(jax.random.fold_in(play_key, steps))
             action, probs, value = jax.device_get(choose(network, state, choose_key, greedy_flag))
-            print(choice_line(int(action), np.asarray(probs), float(value)), file=out)
-            state, _, reward, done, info = advance(state, int(action), step_key)
+            action, probs, value = int(action), np.asarray(probs), float(value)
+            print(choice_line(action, probs, value), file=out)
+            before = state
+            state, _, reward, done, info = advance(state, action, step_key)
             total += reward
-            steps += 1
             print(reward_line(reward, info["reward_terms"]), file=out, flush=True)
+            if record is not None:
+                record.append(viz.Step(
+                    state=jax.device_get(before), episode=episode, index=steps, action=action,
+                    action_name=action_name(action), choices=replay_choices(action, probs), value=value,
+                    reward=reward, reward_terms=nonzero_terms(info["reward_terms"])))
+            steps += 1
             if delay > 0:
                 time.sleep(delay)
         if redraw:
@@ -93,8 +124,16 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
         how = outcome(info, state) if done else f"truncated at --max-steps {max_steps}"
         print(f"episode {episode}/{episodes} over after {steps} steps, {how}: return {total:+.3f}",
               file=out, flush=True)
+        if record is not None:
+            record.append(viz.Step(state=jax.device_get(state), episode=episode, index=steps,
+                                   note=f"over after {steps} steps, {how}: return {total:+.3f}"))
         returns.append(total)
     return returns
+
+
+def check_positive(parser: Command, flag: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        parser.error(f"{flag} must be a finite number > 0; got {value!r}")
 
 
 class WatchArgs(Command):
@@ -108,15 +147,24 @@ class WatchArgs(Command):
     seed: int = 0  # Random seed in [0, 2^32 - 1] for the games and the agent's sampling.
     greedy: bool = False  # Take the likeliest action instead of sampling.
     max_steps: int = DEFAULT_MAX_STEPS  # Cut a game after this many steps (>= 1).
+    html: Path | None = None  # Also write the games as a self-contained HTML replay (board pictures, controls, per-step panel).
+    gif: Path | None = None  # Also write the games as an animated GIF.
+    fps: float = 4.0  # Playback speed of --html and --gif, in steps per second (> 0).
 
     def configure(self) -> None:
         self.add_argument("policy", metavar="RUN_OR_POLICY")
+        self.add_argument("--html", metavar="PATH.html")
+        self.add_argument("--gif", metavar="PATH.gif")
 
     def process_args(self) -> None:
         check_float(self, "--delay", self.delay, 0.0)
         check_int(self, "--episodes", self.episodes, 1)
         check_seed(self, self.seed)
         check_int(self, "--max-steps", self.max_steps, 1)
+        check_positive(self, "--fps", self.fps)
+        for flag, path in (("--html", self.html), ("--gif", self.gif)):
+            if path is not None:
+                check_output_file(self, flag, path)
 
 
 def main(argv: Sequence[str] | None = None, stdout: io.TextIOBase | None = None) -> int:
@@ -130,10 +178,18 @@ def main(argv: Sequence[str] | None = None, stdout: io.TextIOBase | None = None)
         parser.error(f"RUN_OR_POLICY: {error}")
     use_compile_cache()
     print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out, flush=True)
+    record = [] if args.html is not None or args.gif is not None else None
     returns = watch(policy.network, episodes=args.episodes, seed=args.seed, greedy=args.greedy,
-                    max_steps=args.max_steps, delay=args.delay, out=out, redraw=out.isatty())
+                    max_steps=args.max_steps, delay=args.delay, out=out, redraw=out.isatty(), record=record)
     if len(returns) > 1:
         print(f"{len(returns)} episodes: mean return {np.mean(returns):+.3f}", file=out)
+    if args.html is not None:
+        title = f"bin/watch {policy.source}{', greedy' if args.greedy else ''}, seed {args.seed}"
+        viz.write_html(args.html, record, title=title, fps=args.fps)
+        print(f"wrote {args.html} ({len(record)} frames)", file=out)
+    if args.gif is not None:
+        viz.write_gif(args.gif, record, fps=args.fps)
+        print(f"wrote {args.gif} ({len(record)} frames)", file=out)
     return 0
 
 

@@ -37,6 +37,7 @@ assert PROGRAMS_TOP + 18 + PROGRAM_ROWS * (PROGRAM_CHIP_HEIGHT + 4) <= FRAME_HEI
 assert FRAME_WIDTH % 16 == 0 and FRAME_HEIGHT % 16 == 0
 
 Color = tuple[int, int, int]
+Px = int | float           # a coordinate or length in pixels (Pillow takes either)
 BACKGROUND: Color = (14, 17, 26)
 CELL_COLOR: Color = (32, 38, 54)
 SIPHONED_COLOR: Color = (22, 58, 66)      # a cell inside a siphon's reach this stage
@@ -82,7 +83,7 @@ class Box(NamedTuple):
     bottom: int
 
     @property
-    def center(self) -> tuple[float, float]:
+    def center(self) -> tuple[Px, Px]:
         return (self.left + self.right) / 2, (self.top + self.bottom) / 2
 
     def inset(self, by: int) -> "Box":
@@ -198,12 +199,12 @@ class Token(NamedTuple):
     hidden: bool = False      # a cryptog the agent does not observe (§15)
 
 
-def _dashed_circle(draw: ImageDraw.ImageDraw, x: float, y: float, r: float, color: Color, width: int) -> None:
+def _dashed_circle(draw: ImageDraw.ImageDraw, x: Px, y: Px, r: Px, color: Color, width: int) -> None:
     for start in range(0, 360, 30):
         draw.arc((x - r, y - r, x + r, y + r), start, start + 18, fill=color, width=width)
 
 
-def draw_token(draw: ImageDraw.ImageDraw, x: float, y: float, r: float, token: Token) -> None:
+def draw_token(draw: ImageDraw.ImageDraw, x: Px, y: Px, r: Px, token: Token) -> None:
     """One token centred at (x, y), `r` pixels from the centre to its edge."""
     big = r >= 20
     if token.kind == "player":
@@ -257,8 +258,8 @@ def draw_tokens(draw: ImageDraw.ImageDraw, box: Box, tokens: Sequence[Token]) ->
         draw.text(spots[3], f"+{len(tokens) - 3}", font=font(15), fill=TEXT, anchor="mm")
 
 
-def draw_action_arrow(draw: ImageDraw.ImageDraw, x: float, y: float, direction: int, *, start: float = 28,
-                      tip: float = 56) -> None:
+def draw_action_arrow(draw: ImageDraw.ImageDraw, x: Px, y: Px, direction: int, *, start: Px = 28,
+                      tip: Px = 56) -> None:
     """An arrow from the player at (x, y) towards the neighbour it moves to or attacks,
     from `start` to `tip` pixels away from the player's centre."""
     d_row, d_col = (int(v) for v in C.DIRECTION_DELTAS[direction])
@@ -324,7 +325,7 @@ def _draw_board(draw: ImageDraw.ImageDraw, s: GameState) -> None:
                   anchor="mm")
 
 
-def _heart(draw: ImageDraw.ImageDraw, x: float, y: float, full: bool) -> None:
+def _heart(draw: ImageDraw.ImageDraw, x: Px, y: Px, full: bool) -> None:
     color = HP_COLOR if full else _mix(HP_COLOR, BACKGROUND, 0.3)
     draw.ellipse((x - 8, y - 7, x, y + 1), fill=color)
     draw.ellipse((x, y - 7, x + 8, y + 1), fill=color)

@@ -29,6 +29,7 @@ from hm.viz._frame import BACKGROUND, DIM_TEXT, FRAME_HEIGHT, FRAME_WIDTH, TEXT,
 # text need few, and a palette PNG is about a quarter of the RGB one.
 PNG_COLORS = 64
 GIF_CAPTION_HEIGHT = 48
+LEGEND_ICON = 64            # pixels: the legend's cell-sized icons, shrunk a little
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,12 +110,12 @@ def _check_steps(steps: Sequence[Step], what: str) -> None:
         raise ValueError(f"{what}: a replay needs at least one step; got none")
 
 
-def _check_fps(fps: float, what: str) -> None:
+def _check_fps(fps: int | float, what: str) -> None:
     if not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"{what}: fps must be a positive number; got {fps!r}")
 
 
-def write_html(path: str | Path, steps: Sequence[Step], *, title: str = "hm replay", fps: float = 4.0) -> None:
+def write_html(path: str | Path, steps: Sequence[Step], *, title: str = "hm replay", fps: int | float = 4.0) -> None:
     """Write `steps` as one self-contained HTML page.
 
     The page shows the board picture of the current step beside its panel (action, the
@@ -138,7 +139,7 @@ def write_html(path: str | Path, steps: Sequence[Step], *, title: str = "hm repl
                   for step, total in zip(steps, returns)],
     }
     legend_html = "\n".join(
-        f'<figure><img src="{_png_data_uri(icon)}" alt="" width="{icon.width // 2}" height="{icon.height // 2}">'
+        f'<figure><img src="{_png_data_uri(icon)}" alt="" width="{LEGEND_ICON}" height="{LEGEND_ICON}">'
         f"<figcaption>{html.escape(text)}</figcaption></figure>" for icon, text in legend())
     fills = {"TITLE": html.escape(title), "WIDTH": str(FRAME_WIDTH), "HEIGHT": str(FRAME_HEIGHT),
              "LEGEND": legend_html, "DATA": _script_json(payload)}
@@ -175,7 +176,7 @@ def gif_frame(step: Step) -> Image.Image:
     return image
 
 
-def write_gif(path: str | Path, steps: Sequence[Step], *, fps: float = 4.0, last_frame_seconds: float = 2.0) -> None:
+def write_gif(path: str | Path, steps: Sequence[Step], *, fps: int | float = 4.0, last_frame_seconds: int | float = 2.0) -> None:
     """Write `steps` as an animated GIF that loops: each frame with a caption of the
     action, the policy's probability and value, and the reward.
 
@@ -287,7 +288,7 @@ function show(i) {
   const episodes = steps[steps.length - 1].episode;
   $("where").textContent = "episode " + s.episode + "/" + episodes + "  \\u00b7  step " + s.step +
     "  \\u00b7  stage " + s.stage + "  \\u00b7  frame " + (current + 1) + "/" + steps.length;
-  $("action").textContent = s.action === null ? "(game over)" : s.action_name;
+  $("action").textContent = s.action === null ? "(no action)" : s.action_name;
   $("note").textContent = s.note;
   const choices = $("choices");
   choices.replaceChildren();

@@ -14,8 +14,12 @@ on a block (after WARP). Every board is compared exactly: (missedCredits, missed
 import dataclasses
 import random
 
+import jax
 import numpy as np
 import pytest
+
+from hm import game
+from hm.game import actions
 
 from . import model as M
 
@@ -85,10 +89,6 @@ def engine_arrays(s: M.RefState) -> dict:
 @pytest.fixture(scope="module")
 def engine_missed():
     """missed_resources of the engine for a list of scenario dicts, in one batch."""
-    jax = pytest.importorskip("jax")
-    game = pytest.importorskip("hm.game")
-    from hm.game import actions
-
     template = game.from_dict({"player": {"row": 0, "col": 0}})
 
     def missed(f):
@@ -114,10 +114,6 @@ def engine_missed():
 @pytest.fixture(scope="module")
 def engine_missed_from_dict():
     """The same through `from_dict`: slower, for the hand-made cases."""
-    jax = pytest.importorskip("jax")
-    game = pytest.importorskip("hm.game")
-    from hm.game import actions
-
     batched = jax.jit(jax.vmap(actions.missed_resources))
 
     def run(dicts):

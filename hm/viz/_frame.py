@@ -302,7 +302,8 @@ def _draw_board(draw: ImageDraw.ImageDraw, s: GameState) -> None:
     for row in range(C.ROWS):
         for col in range(C.COLS):
             cell, box = row * C.COLS + col, cell_box(row, col)
-            draw_cell_ground(draw, box, bool(b.siphoned[cell]))
+            if bool(b.siphoned[cell]):          # the plain ground is in `_blank_frame`
+                draw_cell_ground(draw, box, True)
             content = int(b.content[cell])
             if content == C.EXIT:
                 draw_exit(draw, box)
@@ -319,10 +320,6 @@ def _draw_board(draw: ImageDraw.ImageDraw, s: GameState) -> None:
             if bool(b.siphon_center[cell]):
                 draw_siphon_center(draw, box)
             draw_tokens(draw, box, tokens[cell])
-    for i in range(C.ROWS):
-        draw.text((MARGIN / 2, cell_box(i, 0).center[1]), str(i), font=font(14), fill=DIM_TEXT, anchor="mm")
-        draw.text((cell_box(0, i).center[0], BOARD_TOP + BOARD_SIZE + 12), str(i), font=font(14), fill=DIM_TEXT,
-                  anchor="mm")
 
 
 def _heart(draw: ImageDraw.ImageDraw, x: Px, y: Px, full: bool) -> None:
@@ -358,23 +355,40 @@ def _draw_hud(draw: ImageDraw.ImageDraw, s: GameState) -> None:
         x += draw.textlength(text, font=font(15)) + 16
 
 
-def _draw_programs(draw: ImageDraw.ImageDraw, owned: np.ndarray) -> None:
-    """Every program as a chip, in id order; the owned ones lit."""
-    draw.text((MARGIN, PROGRAMS_TOP + 6), "PROGRAMS", font=font(12), fill=DIM_TEXT, anchor="lm")
+def _draw_program_chip(draw: ImageDraw.ImageDraw, program: int, owned: bool) -> None:
+    """A program's chip below the board, in id order: lit if owned, an outline if not."""
     width = BOARD_SIZE // PROGRAM_COLUMNS
+    row, col = divmod(program, PROGRAM_COLUMNS)
+    left = MARGIN + col * width
+    top = PROGRAMS_TOP + 16 + row * (PROGRAM_CHIP_HEIGHT + 4)
+    chip = (left + 2, top, left + width - 2, top + PROGRAM_CHIP_HEIGHT)
+    if owned:
+        draw.rounded_rectangle(chip, radius=5, fill=PROGRAM_BLOCK_COLOR, outline=TEXT, width=1)
+        color = TEXT
+    else:
+        draw.rounded_rectangle(chip, radius=5, fill=BACKGROUND, outline=_mix(DIM_TEXT, BACKGROUND, 0.4), width=1)
+        color = _mix(DIM_TEXT, BACKGROUND, 0.7)
+    draw.text(((chip[0] + chip[2]) / 2, (chip[1] + chip[3]) / 2), program_name(program), font=font(12),
+              fill=color, anchor="mm")
+
+
+@functools.cache
+def _blank_frame() -> Image.Image:
+    """What every frame shares: empty cells, row and column numbers, unowned programs.
+    Drawn once; a frame starts as a copy and draws only what differs (text is the slow part)."""
+    image = Image.new("RGB", (FRAME_WIDTH, FRAME_HEIGHT), BACKGROUND)
+    draw = ImageDraw.Draw(image)
+    for row in range(C.ROWS):
+        for col in range(C.COLS):
+            draw_cell_ground(draw, cell_box(row, col), False)
+    for i in range(C.ROWS):
+        draw.text((MARGIN / 2, cell_box(i, 0).center[1]), str(i), font=font(14), fill=DIM_TEXT, anchor="mm")
+        draw.text((cell_box(0, i).center[0], BOARD_TOP + BOARD_SIZE + 12), str(i), font=font(14), fill=DIM_TEXT,
+                  anchor="mm")
+    draw.text((MARGIN, PROGRAMS_TOP + 6), "PROGRAMS", font=font(12), fill=DIM_TEXT, anchor="lm")
     for program in range(C.NUM_PROGRAMS):
-        row, col = divmod(program, PROGRAM_COLUMNS)
-        left = MARGIN + col * width
-        top = PROGRAMS_TOP + 16 + row * (PROGRAM_CHIP_HEIGHT + 4)
-        chip = (left + 2, top, left + width - 2, top + PROGRAM_CHIP_HEIGHT)
-        if owned[program]:
-            draw.rounded_rectangle(chip, radius=5, fill=PROGRAM_BLOCK_COLOR, outline=TEXT, width=1)
-            color = TEXT
-        else:
-            draw.rounded_rectangle(chip, radius=5, outline=_mix(DIM_TEXT, BACKGROUND, 0.4), width=1)
-            color = _mix(DIM_TEXT, BACKGROUND, 0.7)
-        draw.text(((chip[0] + chip[2]) / 2, (chip[1] + chip[3]) / 2), program_name(program), font=font(12),
-                  fill=color, anchor="mm")
+        _draw_program_chip(draw, program, False)
+    return image
 
 
 def draw_frame(state: GameState, *, action: int | None = None) -> UInt8[np.ndarray, "height width 3"]:
@@ -397,11 +411,12 @@ def draw_image(state: GameState, *, action: int | None = None) -> Image.Image:
     if np.ndim(state.stage) != 0:
         raise ValueError(f"draw_frame draws one game; got a batch of shape {np.shape(state.stage)}")
     s = jax.device_get(state)
-    image = Image.new("RGB", (FRAME_WIDTH, FRAME_HEIGHT), BACKGROUND)
+    image = _blank_frame().copy()
     draw = ImageDraw.Draw(image)
     _draw_hud(draw, s)
     _draw_board(draw, s)
-    _draw_programs(draw, np.asarray(s.player.owned))
+    for program in np.flatnonzero(s.player.owned):
+        _draw_program_chip(draw, int(program), True)
     if action is not None and 0 <= action < C.ACTION_SIPHON:
         x, y = cell_box(int(s.player.row), int(s.player.col)).center
         draw_action_arrow(draw, x, y + PLAYER_DROP, action)

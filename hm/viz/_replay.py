@@ -95,7 +95,7 @@ def _returns(steps: Sequence[Step]) -> list[float]:
 
 def _png_data_uri(image: Image.Image) -> str:
     buffer = io.BytesIO()
-    image.quantize(PNG_COLORS, dither=Image.Dither.NONE).save(buffer, format="PNG", optimize=True)
+    image.quantize(PNG_COLORS, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -188,7 +188,7 @@ def write_gif(path: str | Path, steps: Sequence[Step], *, fps: int | float = 4.0
     """
     _check_steps(steps, "write_gif")
     _check_fps(fps, "write_gif")
-    frames: Iterable[Image.Image] = (gif_frame(step).quantize(256, dither=Image.Dither.NONE) for step in steps)
+    frames: Iterable[Image.Image] = (gif_frame(step).quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE) for step in steps)
     first, *rest = frames
     durations = [round(1000 / fps)] * len(steps)
     durations[-1] = max(durations[-1], round(1000 * last_frame_seconds))

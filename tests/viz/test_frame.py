@@ -13,6 +13,9 @@ from hm.game import constants as C
 from hm.game.state import bare_state
 from hm.viz import _frame as F
 
+# Compiled (and cached on disk) like the tools' reset: op-by-op it takes seconds.
+reset = jax.jit(game.reset)
+
 
 def frame_of(scenario: dict, **kwargs) -> np.ndarray:
     """The picture of a scenario (SCENARIO.md); the player is at (0, 0) unless it says otherwise."""
@@ -36,7 +39,7 @@ def tile_corner(row: int, col: int) -> tuple[float, float]:
 
 
 def test_frame_shape_and_dtype_are_fixed():
-    for state in (bare_state(), game.reset(jax.random.key(3))[0]):
+    for state in (bare_state(), reset(jax.random.key(3))[0]):
         frame = viz.draw_frame(state)
         assert frame.shape == (viz.FRAME_HEIGHT, viz.FRAME_WIDTH, 3) and frame.dtype == np.uint8
     assert viz.FRAME_WIDTH % 16 == 0 and viz.FRAME_HEIGHT % 16 == 0
@@ -144,9 +147,9 @@ def test_action_arrow_points_the_way_of_a_move():
 
 
 def test_device_and_host_states_draw_alike_and_batches_are_refused():
-    state = game.reset(jax.random.key(5))[0]
+    state = reset(jax.random.key(5))[0]
     np.testing.assert_array_equal(viz.draw_frame(state), viz.draw_frame(jax.device_get(state)))
-    batch = jax.vmap(lambda k: game.reset(k)[0])(jax.random.split(jax.random.key(0), 2))
+    batch = jax.tree.map(lambda x: np.stack([x, x]), jax.device_get(state))
     with pytest.raises(ValueError, match="one game"):
         viz.draw_frame(batch)
 

@@ -2,8 +2,8 @@
 
 `TrainConfig` holds exactly what the user may set (the command line maps `--kebab-case`
 flags onto these fields; `None` means "choose for me"). `resolve` turns it into a
-`ResolvedConfig` in which every value is concrete, applying the auto-scaling rules of
-issue 3, and `validate` checks every field up front, raising `ConfigError` with a
+`ResolvedConfig` in which every value is concrete, applying the auto-scaling rules
+below, and `validate` checks every field up front, raising `ConfigError` with a
 message that names the flag and its allowed range.
 
 Auto-scaling (when the user leaves a value unset). The reference batch is

@@ -28,7 +28,7 @@ def reward_terms(before: GameState, after: GameState, outcome: ActionOutcome,
                  distance_before: Int32[Array, ""]) -> dict[str, Float32[Array, ""]]:
     """Every term of §14.1 for one successful step, by name (constants.REWARD_TERMS)."""
     p0, p = before.player, after.player
-    f32 = lambda x: jnp.asarray(x).astype(jnp.float32)  # noqa: E731
+    f32 = lambda x: jnp.asarray(x).astype(jnp.float32)
     died = p.hp == 0
     won_now = after.won & ~before.won
     here = p.row * C.COLS + p.col

@@ -81,7 +81,7 @@ def action_label(action: int) -> str:
 
 
 def nonzero_terms(terms: dict[str, Any]) -> dict[str, float]:
-    """A step's reward terms that are not zero, in the table order of GAME_RULES.md §14.1."""
+    """A step's reward terms that are not zero, in the table order of docs/rules.md#reward-terms."""
     return {name: float(terms[name]) for name in C.REWARD_TERMS if float(terms[name]) != 0.0}
 
 

@@ -1,7 +1,7 @@
 """One game state as a picture: the board, a HUD above it, the programs below it.
 
 The picture shows what `hm.game.render` shows, as shapes and colours: row 5 at the top
-and row 0 at the bottom (GAME_RULES.md §1), so `up` (row + 1) points up. Like the text
+and row 0 at the bottom (docs/rules.md#board, §1), so `up` (row + 1) points up. Like the text
 board it is a debugging view: it also shows what the agent cannot see (hidden
 cryptogs, question-block payloads, transmission types), marked as such. Every frame has
 the same size, `FRAME_HEIGHT` x `FRAME_WIDTH`, whatever the state holds (Gymnasium's
@@ -91,7 +91,7 @@ class Box(NamedTuple):
 
 
 def cell_box(row: int, col: int) -> Box:
-    """Where board cell (row, col) is drawn; row 5 is the top row (GAME_RULES.md §1)."""
+    """Where board cell (row, col) is drawn; row 5 is the top row (docs/rules.md#board)."""
     left = MARGIN + col * CELL
     top = BOARD_TOP + (C.ROWS - 1 - row) * CELL
     return Box(left, top, left + CELL, top + CELL)
@@ -196,7 +196,7 @@ class Token(NamedTuple):
     stunned: bool = False
     disabled: bool = False
     from_siphon: bool = False
-    hidden: bool = False      # a cryptog the agent does not observe (§15)
+    hidden: bool = False      # a cryptog the agent does not observe (docs/rules.md#observation)
 
 
 def _dashed_circle(draw: ImageDraw.ImageDraw, x: Px, y: Px, r: Px, color: Color, width: int) -> None:
@@ -284,7 +284,7 @@ def _cell_tokens(s: GameState) -> list[list[Token]]:
     e = s.enemies
     for i in np.flatnonzero(e.alive):
         kind, row, col = int(e.kind[i]), int(e.row[i]), int(e.col[i])
-        # §15: a cryptog is observed only in the player's row or column, or under SHOW.
+        # docs/rules.md#observation: a cryptog is observed only in the player's row or column, or under SHOW.
         hidden = kind == C.CRYPTOG and not (row == prow or col == pcol or bool(s.show))
         tokens[row * C.COLS + col].append(Token(
             "enemy", enemy_type=kind, hp=int(e.hp[i]), stunned=bool(e.stunned[i]), disabled=int(e.disabled[i]) > 0,

@@ -46,7 +46,7 @@ class Step:
             empty when no policy chose (a human game).
         value: the critic's value estimate of `state`, when a policy played.
         reward: the reward the action earned.
-        reward_terms: the reward's nonzero terms by name (GAME_RULES.md §14.1).
+        reward_terms: the reward's nonzero terms by name (docs/rules.md#reward-terms).
         note: free text shown with the step, e.g. how the episode ended.
     """
 

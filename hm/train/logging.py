@@ -15,13 +15,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-# Characters TensorBoard allows in a tag; others become "_" ("actions/program/SIPH+" is
-# logged as "actions/program/SIPH_"), as tensorboardX would do, but without its log line.
+# Characters TensorBoard allows in a tag; others become "_", as tensorboardX would do,
+# but without its log line. "+" is spelled out first, so the programs SIPH+ and ATK+
+# read "actions/program/SIPH_PLUS" and "actions/program/ATK_PLUS", not "SIPH_" and "ATK_".
 _TAG_INVALID = re.compile(r"[^-/\w\.]")
 
 
 def tensorboard_tag(name: str) -> str:
-    return _TAG_INVALID.sub("_", name)
+    """`name` as TensorBoard accepts it: "+" written `_PLUS`, other invalid characters `_`."""
+    return _TAG_INVALID.sub("_", name.replace("+", "_PLUS"))
 
 
 # Metrics the hyper-parameter view compares runs by.

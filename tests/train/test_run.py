@@ -127,7 +127,7 @@ def test_tensorboard_has_every_expected_tag(make_trainer, tmp_path):
         "perf/steps_per_sec_per_device",
     }
     assert len([t for t in expected if t.startswith("reward/")]) == 15
-    assert {"actions/program/SIPH_", "actions/program/ATK_", "actions/program/ANTI-V"} <= expected
+    assert {"actions/program/SIPH_PLUS", "actions/program/ATK_PLUS", "actions/program/ANTI-V"} <= expected
     assert expected <= scalars.keys(), sorted(expected - scalars.keys())
     assert [step for step, _ in scalars["loss/total"]] == [128, 256], "one point per call, at its env steps"
     assert scalars["ppo/lr"][0][1] == pytest.approx(2.5e-4)

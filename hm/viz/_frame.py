@@ -24,14 +24,14 @@ from hm.game.state import GameState
 
 CELL = 88                     # side of one board cell, pixels
 MARGIN = 24                   # left and right of the board (row numbers on the left)
-HUD_HEIGHT = 64               # two lines of game facts above the board
+HUD_HEIGHT = 88               # three lines of game facts above the board
 BOARD_TOP = HUD_HEIGHT + 8
 BOARD_SIZE = CELL * C.ROWS
 PROGRAMS_TOP = BOARD_TOP + BOARD_SIZE + 26    # below the column numbers
 PROGRAM_COLUMNS = 8
 PROGRAM_CHIP_HEIGHT = 22
 FRAME_WIDTH = MARGIN + BOARD_SIZE + MARGIN                 # 576
-FRAME_HEIGHT = 736
+FRAME_HEIGHT = 768
 PROGRAM_ROWS = -(-C.NUM_PROGRAMS // PROGRAM_COLUMNS)
 assert PROGRAMS_TOP + 18 + PROGRAM_ROWS * (PROGRAM_CHIP_HEIGHT + 4) <= FRAME_HEIGHT
 assert FRAME_WIDTH % 16 == 0 and FRAME_HEIGHT % 16 == 0
@@ -329,30 +329,38 @@ def _heart(draw: ImageDraw.ImageDraw, x: Px, y: Px, full: bool) -> None:
     draw.polygon([(x - 8, y - 2), (x + 8, y - 2), (x, y + 8)], fill=color)
 
 
+def _draw_line(draw: ImageDraw.ImageDraw, x: Px, y: Px, items: Sequence[tuple[str, Color, int]]) -> Px:
+    """Texts (text, colour, size) left to right from (x, y); returns where the line ends."""
+    for text, color, size in items:
+        draw.text((x, y), text, font=font(size), fill=color, anchor="lm")
+        x += draw.textlength(text, font=font(size)) + 16
+    return x
+
+
 def _draw_hud(draw: ImageDraw.ImageDraw, s: GameState) -> None:
-    """Line 1: stage, turn, HP hearts, score. Line 2: resources, attack, task clock, flags."""
+    """Line 1: stage, HP hearts, score, flags. Line 2: resources, attack. Line 3: the clock."""
     p = s.player
-    y1, y2 = 20, 48
-    x = MARGIN
-    draw.text((x, y1), f"STAGE {int(s.stage)}/{C.NUM_STAGES}", font=font(20), fill=TEXT, anchor="lm")
-    draw.text((x + 130, y1), f"turn {int(s.turn)}", font=font(16), fill=DIM_TEXT, anchor="lm")
-    draw.text((x + 210, y1), "HP", font=font(16), fill=DIM_TEXT, anchor="lm")
+    y1, y2, y3 = 20, 50, 74
+    x = _draw_line(draw, MARGIN, y1, [(f"STAGE {int(s.stage)}/{C.NUM_STAGES}", TEXT, 20), ("HP", DIM_TEXT, 16)])
     for i in range(C.MAX_HP):
-        _heart(draw, x + 246 + 22 * i, y1, i < int(p.hp))
-    draw.text((x + 330, y1), "score", font=font(16), fill=DIM_TEXT, anchor="lm")
-    draw.text((x + 376, y1), str(int(p.score)), font=font(20), fill=TEXT, anchor="lm")
+        _heart(draw, x + 8 + 22 * i, y1, i < int(p.hp))
+    _draw_line(draw, x + 22 * C.MAX_HP + 12, y1, [("score", DIM_TEXT, 16), (str(int(p.score)), TEXT, 20)])
     flags = [name for name, on in (("SHOW", s.show), ("CALM", s.calm), ("STEP", s.step_active), ("WON", s.won))
              if bool(on)]
-    if flags:
-        draw.text((FRAME_WIDTH - MARGIN, y1), " ".join(flags), font=font(16), fill=SIPHON_CENTER_COLOR, anchor="rm")
-    facts = [(f"credits {int(p.credits)}", CREDITS_COLOR), (f"energy {int(p.energy)}", ENERGY_COLOR),
-             (f"siphons {int(p.data_siphons)}", PICKUP_COLOR), (f"attack {int(p.attack)}", TEXT),
-             (f"task at turn {int(s.next_task)}", DIM_TEXT)]
+    right = FRAME_WIDTH - MARGIN
+    for name in reversed(flags):     # chips from the right edge leftwards
+        width = draw.textlength(name, font=font(13)) + 12
+        draw.rounded_rectangle((right - width, y1 - 10, right, y1 + 10), radius=5, outline=SIPHON_CENTER_COLOR, width=1)
+        draw.text((right - width / 2, y1), name, font=font(13), fill=SIPHON_CENTER_COLOR, anchor="mm")
+        right -= width + 6
+    _draw_line(draw, MARGIN, y2, [(f"credits {int(p.credits)}", CREDITS_COLOR, 16),
+                                  (f"energy {int(p.energy)}", ENERGY_COLOR, 16),
+                                  (f"siphons {int(p.data_siphons)}", PICKUP_COLOR, 16),
+                                  (f"attack {int(p.attack)}", TEXT, 16)])
+    clock = [(f"turn {int(s.turn)}", DIM_TEXT, 14), (f"next task at turn {int(s.next_task)}", DIM_TEXT, 14)]
     if int(s.pending) > 0:
-        facts.append((f"pending {int(s.pending)}", ENEMY_COLORS[C.VIRUS]))
-    for text, color in facts:
-        draw.text((x, y2), text, font=font(15), fill=color, anchor="lm")
-        x += draw.textlength(text, font=font(15)) + 16
+        clock.append((f"{int(s.pending)} siphon transmissions pending", ENEMY_COLORS[C.VIRUS], 14))
+    _draw_line(draw, MARGIN, y3, clock)
 
 
 def _draw_program_chip(draw: ImageDraw.ImageDraw, program: int, owned: bool) -> None:

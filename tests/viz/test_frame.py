@@ -124,9 +124,11 @@ def test_cell_marks_resources_pickups_and_transmissions_are_drawn():
 def test_hud_and_programs_follow_the_state():
     base = frame_of({"player": {"row": 0, "col": 0}})
     board = slice(F.BOARD_TOP, F.BOARD_TOP + F.BOARD_SIZE)
-    for player in ({"hp": 1}, {"credits": 9}, {"score": 40}):
-        frame = frame_of({"player": {"row": 0, "col": 0, **player}})
-        assert (frame[:F.BOARD_TOP] != base[:F.BOARD_TOP]).any(), player
+    changes = [{"player": {"row": 0, "col": 0, **player}} for player in ({"hp": 1}, {"credits": 9}, {"score": 40})]
+    changes += [{"stage": 4}, {"showActivated": True}, {"pendingSiphonTransmissions": 2}, {"turn": 3}]
+    for change in changes:
+        frame = frame_of({"player": {"row": 0, "col": 0}, **change})
+        assert (frame[:F.BOARD_TOP] != base[:F.BOARD_TOP]).any(), change
         np.testing.assert_array_equal(frame[board], base[board])
     owned = frame_of({"player": {"row": 0, "col": 0}, "ownedPrograms": [C.PROGRAM_ACTION_OFFSET + C.CRASH]})
     below = slice(F.PROGRAMS_TOP, None)

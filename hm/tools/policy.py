@@ -26,7 +26,6 @@ from hm.train import checkpoint, distributions
 from hm.train.checkpoint import Architecture, CheckpointError
 from hm.train.network import Network, evaluate
 
-NETWORK_CLASS = f"{Network.__module__}.{Network.__qualname__}"
 # The network a uniform-random baseline runs when no policy gives it a shape (any works).
 BASELINE_ARCHITECTURE = Architecture(hidden_dim=1, num_layers=1, obs_size=C.OBS_FLAT_SIZE,
                                      num_actions=C.NUM_ACTIONS)
@@ -86,11 +85,7 @@ def _load_exported(run_dir: Path) -> Policy:
         description = checkpoint.read_policy_description(run_dir)
     except CheckpointError as error:
         raise PolicyError(str(error)) from None
-    network_class = description.get("network", NETWORK_CLASS)
-    if network_class != NETWORK_CLASS:
-        raise PolicyError(f"{meta_path}: a {network_class}; the tools can run only {NETWORK_CLASS}")
-    stored = Architecture(**{field.name: description[field.name]
-                             for field in dataclasses.fields(Architecture)})
+    stored = checkpoint.policy_architecture(description)
     if reasons := _misfits(stored):
         raise _refuse(meta_path, reasons)
     try:
@@ -115,8 +110,10 @@ def _load_checkpoint(path: Path) -> Policy:
                        f"version {C.GAME_VERSION}")
     if reasons:
         raise _refuse(path, reasons)
-    like = eqx.filter_eval_shape(Network, stored.obs_size, stored.num_actions, stored.hidden_dim,
-                                 stored.num_layers, key=jax.random.key(0))
+    try:
+        like = checkpoint.network_like(stored)
+    except CheckpointError as error:
+        raise PolicyError(f"{path}: {error}") from None
     template = _Params(params=like)
     if problems := checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX):
         raise PolicyError(f"{path}: its parameters are not the network its meta describes: "
@@ -165,9 +162,7 @@ def uniform_network(like: Network | None = None) -> Network:
     the same compiled program as a policy of the shape of `like` (default: the smallest).
     """
     if like is None:
-        a = BASELINE_ARCHITECTURE
-        like = eqx.filter_eval_shape(Network, a.obs_size, a.num_actions, a.hidden_dim, a.num_layers,
-                                     key=jax.random.key(0))
+        like = checkpoint.network_like(BASELINE_ARCHITECTURE)
     return jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), like)
 
 

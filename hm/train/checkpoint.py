@@ -55,12 +55,19 @@ class CheckpointError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """What the parameters' shapes depend on; a checkpoint must match it to be resumed."""
+    """What the parameters' shapes depend on; a checkpoint must match it to be resumed.
+
+    `network` is the kind (`hm.train.network.KINDS`) and `critic` whether the value head
+    has its own trunk; checkpoints and policies written before they existed hold an MLP
+    with a shared trunk, which the defaults say.
+    """
 
     hidden_dim: int
     num_layers: int
     obs_size: int
     num_actions: int
+    network: str = "mlp"
+    critic: str = "shared"
 
     def mismatches(self, wanted: "Architecture") -> list[str]:
         """Each field where this (the checkpoint's) differs from `wanted` (the run's)."""
@@ -370,6 +377,9 @@ def export_policy(run_dir: Path, params: Any, description: Mapping[str, Any]) ->
 
 
 _POLICY_SIZES = ("obs_size", "num_actions", "hidden_dim", "num_layers")
+# What policy.json's "network" held before it named the kind: the class of the only
+# network there was, an MLP with a shared trunk.
+_LEGACY_NETWORK_CLASS = "hm.train.network.Network"
 
 
 def read_policy_description(run_dir: Path) -> dict[str, Any]:
@@ -393,7 +403,43 @@ def read_policy_description(run_dir: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{meta}: not a policy description: no integer {', '.join(missing)}"
                               " (sizes >= 1)")
-    return description
+    from hm.train.network import CRITICS, KINDS
+
+    kind = description.get("network", "mlp")
+    kind = "mlp" if kind == _LEGACY_NETWORK_CLASS else kind
+    critic = description.get("critic", "shared")
+    if kind not in KINDS:
+        raise CheckpointError(f"{meta}: network {kind!r} is not a kind this code builds ({', '.join(KINDS)})")
+    if critic not in CRITICS:
+        raise CheckpointError(f"{meta}: critic {critic!r} is not one of {', '.join(CRITICS)}")
+    return {**description, "network": kind, "critic": critic}
+
+
+def policy_architecture(description: Mapping[str, Any]) -> Architecture:
+    """The architecture a checked policy description (`read_policy_description`) names."""
+    return Architecture(**{field.name: description[field.name] for field in dataclasses.fields(Architecture)})
+
+
+def network_like(architecture: Architecture, key: Any = None) -> Any:
+    """A `hm.train.network.Network` of `architecture`: real weights from `key`, else shapes only.
+
+    Raises:
+        CheckpointError: an architecture the network cannot take (say a conv network for an
+            observation that is not the game's).
+    """
+    from hm.train.network import Network
+
+    def build(key):
+        return Network(architecture.obs_size, architecture.num_actions, architecture.hidden_dim,
+                       architecture.num_layers, kind=architecture.network, critic=architecture.critic,
+                       key=key)
+
+    try:
+        if key is None:
+            return eqx.filter_eval_shape(build, jax.random.key(0))
+        return build(key)
+    except ValueError as error:
+        raise CheckpointError(f"cannot build the network: {error}") from None
 
 
 def load_policy(run_dir: Path) -> Any:
@@ -404,7 +450,6 @@ def load_policy(run_dir: Path) -> Any:
             weights that are not the network its description names.
     """
     from hm.game.constants import GAME_VERSION
-    from hm.train.network import Network
 
     run_dir = Path(run_dir)
     description = read_policy_description(run_dir)
@@ -413,12 +458,16 @@ def load_policy(run_dir: Path) -> Any:
             f"{run_dir}: policy was trained on rules version {description['game_version']}, "
             f"this code implements version {GAME_VERSION}"
         )
-    like = Network(*(description[k] for k in _POLICY_SIZES), key=jax.random.key(0))
+    architecture = policy_architecture(description)
+    try:
+        like = network_like(architecture, jax.random.key(0))
+    except CheckpointError as error:
+        raise CheckpointError(f"{run_dir / POLICY_META}: {error}") from None
     try:
         return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
     except (OSError, ValueError, EOFError, RuntimeError) as error:
         # equinox names the first leaf whose shape differs, or the file is cut short.
         raise CheckpointError(
             f"{run_dir / POLICY_PARAMS}: does not hold the network {POLICY_META} describes "
-            f"(hidden_dim {description['hidden_dim']}, num_layers {description['num_layers']}): "
-            f"{error}") from None
+            f"({architecture.network} network, {architecture.critic} critic, hidden_dim "
+            f"{architecture.hidden_dim}, num_layers {architecture.num_layers}): {error}") from None

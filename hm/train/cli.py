@@ -38,8 +38,10 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     vf_coef: float = _CONFIG.vf_coef  # Value-loss coefficient (>= 0).
     ent_coef: float = _CONFIG.ent_coef  # Entropy-bonus coefficient (>= 0).
     max_grad_norm: float = _CONFIG.max_grad_norm  # Global gradient-norm clip (> 0).
-    hidden_dim: int = _CONFIG.hidden_dim  # Width of the MLP's hidden layers (>= 1).
-    num_layers: int = _CONFIG.num_layers  # Hidden layers of the MLP (>= 1).
+    hidden_dim: int = _CONFIG.hidden_dim  # Width of the trunk's hidden layers (>= 1).
+    num_layers: int = _CONFIG.num_layers  # Hidden tanh layers of the trunk (>= 1).
+    network: Literal["mlp", "conv"] = _CONFIG.network  # mlp: on the flat observation; conv: a 3x3 convolution over the board first (docs/networks.md)
+    critic: Literal["shared", "separate"] = _CONFIG.critic  # shared: one trunk for both heads; separate: the value head has its own (twice the work).
     precision: Literal["auto", "f32", "bf16"] = _CONFIG.precision  # Compute precision; auto: bf16 on TPU/GPU, f32 on CPU.
     seed: int = _CONFIG.seed  # Random seed in [0, 2^32 - 1].
     max_episode_steps: int = _CONFIG.max_episode_steps  # Truncate (and bootstrap) episodes at this length (>= 1).

@@ -39,6 +39,9 @@ MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 
 PRECISIONS = ("auto", "f32", "bf16")
+# Network kinds and critic options (`hm.train.network`); here so the config imports no JAX.
+NETWORKS = ("mlp", "conv")
+CRITICS = ("shared", "separate")
 
 
 class ConfigError(ValueError):
@@ -68,6 +71,8 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     hidden_dim: int = 256
     num_layers: int = 2
+    network: str = "mlp"
+    critic: str = "shared"
     precision: str = "auto"
     seed: int = 0
     max_episode_steps: int = 1000
@@ -97,6 +102,8 @@ class ResolvedConfig:
     max_grad_norm: float
     hidden_dim: int
     num_layers: int
+    network: str
+    critic: str
     precision: Literal["f32", "bf16"]
     seed: int
     max_episode_steps: int
@@ -299,6 +306,10 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_float(config, "max_grad_norm", 0.0, None, low_open=True)
     _check_int(config, "hidden_dim", 1)
     _check_int(config, "num_layers", 1)
+    for name, allowed in (("network", NETWORKS), ("critic", CRITICS)):
+        if getattr(config, name) not in allowed:
+            raise ConfigError(flag(name), f"{flag(name)} must be one of {', '.join(allowed)}; "
+                                          f"got {getattr(config, name)!r}")
     if config.precision not in PRECISIONS:
         raise ConfigError(
             "--precision", f"--precision must be one of {', '.join(PRECISIONS)}; got {config.precision!r}")

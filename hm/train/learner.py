@@ -193,7 +193,7 @@ class Learner(eqx.Module):
 
     def init_params(self, key: PRNGKeyArray) -> Network:
         return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
-                       self.config.num_layers, key=key)
+                       self.config.num_layers, kind=self.config.network, critic=self.config.critic, key=key)
 
     def fresh_games(self, key: PRNGKeyArray) -> FreshGames:
         """One new game per env slot of this device, keyed by global slot index."""

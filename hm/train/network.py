@@ -1,15 +1,35 @@
-"""The actor-critic network: an MLP over the flat observation with two heads.
+"""The actor-critic network: an encoder of the observation, a tanh trunk, two heads.
 
-One shared trunk of `num_layers` tanh layers of `hidden_dim` units feeds a policy head
-(one logit per action) and a value head. Sharing the trunk halves the cost of the
-network, which is where PPO spends its time on CPU (PERFORMANCE.md): the first layer,
-1545 x 256, is 84 % of the arithmetic. tanh rather than ReLU: bounded activations keep
-the heads' inputs in a fixed range, which is what the on-policy studies found works
-best for PPO MLPs and is robust in bfloat16; its cost is negligible next to the matmuls.
+`Network(obs_size, num_actions, hidden_dim, num_layers, kind=..., critic=...)`:
 
-Initialisation follows PPO practice: orthogonal weights with gain sqrt(2) in the trunk,
-0.01 on the policy head (an almost uniform initial policy), 1.0 on the value head;
-zero biases.
+* `kind="mlp"` (the default): the trunk reads the flat observation (1545 numbers for the
+  game) through `num_layers` tanh layers of `hidden_dim` units. Its first layer,
+  1545 x 256, is 84 % of the arithmetic.
+* `kind="conv"`: a `GridEncoder` first looks at the 6x6 board: a per-cell embedding
+  (a 1x1 convolution, 44 -> 16 channels, the same weights on every cell) and one 3x3
+  convolution (16 -> 16) give every cell a summary of its 3x3 neighbourhood; the
+  flattened cells, with the player and program vectors, then feed the same tanh trunk.
+  Its first dense layer reads 609 numbers instead of 1545, so the whole network costs
+  about 70 % of the MLP's arithmetic (see `bench.bench_train --network conv`). It needs
+  the game's observation layout (`obs_size` 1545).
+
+`critic="shared"` runs one trunk (and encoder) for both heads, which halves the cost of
+the network, where PPO spends its time on CPU; `critic="separate"` gives the value head
+its own encoder and trunk of the same shape, so value targets in the hundreds do not
+pull the policy's features around (twice the arithmetic).
+
+tanh rather than ReLU: bounded activations keep the heads' inputs in a fixed range,
+which is what the on-policy studies found works best for PPO and is robust in bfloat16;
+its cost is negligible next to the matmuls. Initialisation follows PPO practice:
+orthogonal weights with gain sqrt(2) in encoder and trunk, 0.01 on the policy head (an
+almost uniform initial policy), 1.0 on the value head; zero biases.
+
+Why the MLP's first layer is still dense: computing it from the non-zero entries (an
+embedding bag over about 60 of the 1545 inputs, at most 120 seen in random play) makes
+the forward product about 3x cheaper on this CPU, but finding those entries (a prefix
+sum and a scatter per observation) costs as much as the dense product, and the weight
+gradient as a scatter-add is slower than the dense `x.T @ dh`: measured in
+`docs/networks.md`, it did not pay for itself.
 """
 
 import math
@@ -19,7 +39,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from hm.game import constants as C
 from hm.train import precision as precision_lib
+from hm.train.config import CRITICS
+from hm.train.config import NETWORKS as KINDS
+
+# GridEncoder sizes: input planes are the 42 grid channels, the player's cell and an
+# "on the board" plane (so the zero padding of the 3x3 convolution reads as off-board).
+GRID_PLANES = C.GRID_CHANNELS + 2
+CELL_CHANNELS = 16
+_HEAD = C.PLAYER_FEATURES + C.NUM_PROGRAMS  # the flat observation's non-grid prefix
 
 
 class Linear(eqx.Module):
@@ -33,36 +62,125 @@ class Linear(eqx.Module):
         self.weight = init(key, (fan_in, fan_out), jnp.float32)
         self.bias = jnp.zeros((fan_out,), jnp.float32)
 
-    def __call__(self, x: Float[Array, " fan_in"]) -> Float[Array, " fan_out"]:
-        return x @ self.weight + self.bias
+    def __call__(self, x: Float[Array, "*cells fan_in"]) -> Float[Array, "*cells fan_out"]:
+        y = x @ self.weight
+        return y + jnp.broadcast_to(self.bias, y.shape)  # explicit: rank promotion is an error in tests
+
+
+def _neighbourhoods(cells: Float[Array, "rows cols channels"]) -> Float[Array, "rows cols nine_channels"]:
+    """Every cell's 3x3 neighbourhood, zero-padded at the edges, as one row of 9 x channels.
+
+    A 3x3 convolution is then one matmul with a [9 x channels, out] weight: on CPU that
+    runs at matmul speed, and the nine shifted slices are cheap copies of a 6x6 board.
+    """
+    rows, cols, _ = cells.shape
+    padded = jnp.pad(cells, ((1, 1), (1, 1), (0, 0)))
+    shifted = [padded[dr:dr + rows, dc:dc + cols] for dr in range(3) for dc in range(3)]
+    return jnp.concatenate(shifted, axis=-1)
+
+
+class GridEncoder(eqx.Module):
+    """The board as 36 cells: a shared per-cell embedding, then a 3x3 convolution.
+
+    Output: the 36 cells' features flattened, then the player and program vectors
+    unchanged (`36 * 16 + 33 = 609` numbers).
+    """
+
+    embed: Linear   # 1x1 convolution: GRID_PLANES -> CELL_CHANNELS
+    conv: Linear    # 3x3 convolution as a matmul: 9 * CELL_CHANNELS -> CELL_CHANNELS
+
+    def __init__(self, *, key: PRNGKeyArray):
+        embed_key, conv_key = jax.random.split(key)
+        self.embed = Linear(GRID_PLANES, CELL_CHANNELS, math.sqrt(2.0), key=embed_key)
+        self.conv = Linear(9 * CELL_CHANNELS, CELL_CHANNELS, math.sqrt(2.0), key=conv_key)
+
+    @staticmethod
+    def out_size() -> int:
+        return C.NUM_CELLS * CELL_CHANNELS + _HEAD
+
+    def __call__(self, obs: Float[Array, " obs"]) -> Float[Array, " features"]:
+        head = obs[:_HEAD]
+        grid = obs[_HEAD:].reshape(C.ROWS, C.COLS, C.GRID_CHANNELS)
+        # The player's cell is in the player vector (row / 5, col / 5), not in the grid.
+        row = jnp.round(obs[0] * (C.ROWS - 1)).astype(jnp.int32)
+        col = jnp.round(obs[1] * (C.COLS - 1)).astype(jnp.int32)
+        player = (jnp.arange(C.ROWS)[:, None] == row) & (jnp.arange(C.COLS)[None, :] == col)
+        planes = jnp.concatenate(
+            [grid, player[..., None].astype(obs.dtype), jnp.ones((C.ROWS, C.COLS, 1), obs.dtype)], axis=-1)
+        cells = jnp.tanh(self.embed(planes))
+        cells = jnp.tanh(self.conv(_neighbourhoods(cells)))
+        return jnp.concatenate([cells.reshape(-1), head])
+
+
+def _trunk(fan_in: int, hidden_dim: int, num_layers: int, key: PRNGKeyArray) -> tuple[Linear, ...]:
+    keys = jax.random.split(key, num_layers)
+    sizes = [fan_in] + [hidden_dim] * num_layers
+    return tuple(Linear(sizes[i], sizes[i + 1], math.sqrt(2.0), key=keys[i]) for i in range(num_layers))
+
+
+def _features(encoder: GridEncoder | None, trunk: tuple[Linear, ...],
+              obs: Float[Array, " obs"]) -> Float[Array, " hidden"]:
+    h = obs if encoder is None else encoder(obs)
+    for layer in trunk:
+        h = jnp.tanh(layer(h))
+    return h
+
+
+def check_kind(kind: str, critic: str, obs_size: int) -> None:
+    """Raise `ValueError` naming the problem if `kind`/`critic` cannot be built here."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown network kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if critic not in CRITICS:
+        raise ValueError(f"unknown critic {critic!r}; expected one of {', '.join(CRITICS)}")
+    if kind == "conv" and obs_size != C.OBS_FLAT_SIZE:
+        raise ValueError(f"the conv network reads the game's observation layout ({C.OBS_FLAT_SIZE} "
+                         f"numbers); this environment's observation has {obs_size}")
 
 
 class Network(eqx.Module):
-    """Actor-critic MLP on one flat observation (`evaluate` runs it on a batch)."""
+    """Actor-critic on one flat observation (`evaluate` runs it on a batch).
 
+    `encoder` is None for the MLP (the trunk reads the flat observation); the
+    `value_*` fields are None when the critic shares the policy's encoder and trunk.
+    """
+
+    encoder: GridEncoder | None
     trunk: tuple[Linear, ...]
+    value_encoder: GridEncoder | None
+    value_trunk: tuple[Linear, ...] | None
     policy_head: Linear
     value_head: Linear
     obs_size: int = eqx.field(static=True)
     num_actions: int = eqx.field(static=True)
+    kind: str = eqx.field(static=True)
+    critic: str = eqx.field(static=True)
 
     def __init__(self, obs_size: int, num_actions: int, hidden_dim: int, num_layers: int, *,
-                 key: PRNGKeyArray):
-        keys = jax.random.split(key, num_layers + 2)
-        sizes = [obs_size] + [hidden_dim] * num_layers
-        self.trunk = tuple(
-            Linear(sizes[i], sizes[i + 1], math.sqrt(2.0), key=keys[i]) for i in range(num_layers))
-        self.policy_head = Linear(hidden_dim, num_actions, 0.01, key=keys[-2])
-        self.value_head = Linear(hidden_dim, 1, 1.0, key=keys[-1])
+                 kind: str = "mlp", critic: str = "shared", key: PRNGKeyArray):
+        check_kind(kind, critic, obs_size)
+        encoder_key, trunk_key, value_key, policy_head_key, value_head_key = jax.random.split(key, 5)
+
+        def tower(tower_key):
+            encoder_key, trunk_key = jax.random.split(tower_key)
+            encoder = GridEncoder(key=encoder_key) if kind == "conv" else None
+            fan_in = obs_size if encoder is None else encoder.out_size()
+            return encoder, _trunk(fan_in, hidden_dim, num_layers, trunk_key)
+
+        self.encoder, self.trunk = tower(trunk_key)
+        self.value_encoder, self.value_trunk = tower(value_key) if critic == "separate" else (None, None)
+        self.policy_head = Linear(hidden_dim, num_actions, 0.01, key=policy_head_key)
+        self.value_head = Linear(hidden_dim, 1, 1.0, key=value_head_key)
         self.obs_size = obs_size
         self.num_actions = num_actions
+        self.kind = kind
+        self.critic = critic
 
     def __call__(self, obs: Float[Array, " obs"]) -> tuple[Float[Array, " actions"], Float[Array, ""]]:
         """Logits and value, in the dtype of the parameters and input."""
-        h = obs
-        for layer in self.trunk:
-            h = jnp.tanh(layer(h))
-        return self.policy_head(h), self.value_head(h)[0]
+        h = _features(self.encoder, self.trunk, obs)
+        if self.value_trunk is None:
+            return self.policy_head(h), self.value_head(h)[0]
+        return self.policy_head(h), self.value_head(_features(self.value_encoder, self.value_trunk, obs))[0]
 
 
 def evaluate(
@@ -78,3 +196,26 @@ def evaluate(
     dtype = precision_lib.compute_dtype(precision)
     logits, values = jax.vmap(precision_lib.cast_floating(network, dtype))(obs.astype(dtype))
     return precision_lib.to_f32(logits), precision_lib.to_f32(values)
+
+
+def flops_per_sample(network: Network, batch: int = 256) -> dict[str, float]:
+    """Floating-point operations per observation, as XLA counts them on this backend.
+
+    `forward` is one `evaluate`; `forward_backward` is the forward plus the gradient with
+    respect to the parameters (what a PPO minibatch step costs, before the optimizer).
+    Counted on the compiled programs (`jax.stages.Compiled.cost_analysis`), so encoder
+    copies and activations are included; divided by `batch`.
+    """
+    obs = jnp.zeros((batch, network.obs_size), jnp.float32)
+
+    def forward(params, obs):
+        logits, values = evaluate(params, obs, "f32")
+        return jnp.sum(logits) + jnp.sum(values)
+
+    def count(function) -> float:
+        analysis = jax.jit(function).lower(network, obs).compile().cost_analysis()
+        if isinstance(analysis, list):  # older jaxlib: one dict per program
+            analysis = analysis[0]
+        return float(analysis["flops"]) / batch
+
+    return {"forward": count(forward), "forward_backward": count(jax.grad(forward))}

@@ -275,7 +275,8 @@ class Trainer:
         self.batch_size = config.num_envs * config.num_steps
         self.updates_per_call = int(self.resolved.updates_per_call)
         self.num_updates = self.resolved.num_updates
-        self.architecture = Architecture(config.hidden_dim, config.num_layers, self.env.obs_size, self.env.num_actions)
+        self.architecture = Architecture(config.hidden_dim, config.num_layers, self.env.obs_size, self.env.num_actions,
+                                         network=config.network, critic=config.critic)
         self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
         if meta is not None:
             reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env))
@@ -522,8 +523,7 @@ class Trainer:
                 self.run_dir,
                 params,
                 {
-                    "network": type(params).__module__ + "." + type(params).__qualname__,
-                    **dataclasses.asdict(self.architecture),
+                    **dataclasses.asdict(self.architecture),  # with the network kind and critic
                     "game_version": GAME_VERSION,
                     "precision": self.resolved.precision,
                     "run_name": self.run_name,

@@ -11,6 +11,9 @@ training run checks them all:
 * "masked": action 2 would pay +10 but is illegal, action 1 pays +1 -> pi(2) == 0;
 * "loop": reward +1 forever, cut at max_episode_steps -> V = 1/(1-gamma) only if
   truncation is bootstrapped (as death it would be about (1-gamma^k)/(1-gamma)).
+
+`GridProbe` shows the same MDP in the game's observation layout, for networks that
+read the board.
 """
 
 import equinox as eqx
@@ -19,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32
 
+from hm.game import constants as C
 from hm.train.envs import AbstractEnv, EnvInfo
 
 PROBE_STATES = ("constant", "positive", "negative", "discount_first", "discount_second",
@@ -91,3 +95,36 @@ def probe_suite() -> TabularEnv:
     terminal[index["loop"]] = False
     start = np.array([name in STARTS for name in PROBE_STATES], np.float64)
     return TabularEnv(reward, next_state, terminal, legal, start / start.sum())
+
+
+class GridProbe(AbstractEnv):
+    """A tabular probe seen through the game's observation layout (for networks that
+    read the board): state s is a pickup on cell s, the player stands on the last cell."""
+
+    tabular: TabularEnv
+    obs_size: int = eqx.field(static=True, default=C.OBS_FLAT_SIZE)
+    num_actions: int = eqx.field(static=True, default=0)
+    reward_terms: tuple[str, ...] = eqx.field(static=True, default=("reward",))
+
+    def __init__(self, tabular: TabularEnv):
+        assert tabular.obs_size <= C.NUM_CELLS
+        self.tabular = tabular
+        self.num_actions = tabular.num_actions
+
+    def observe(self, state):
+        head = C.PLAYER_FEATURES + C.NUM_PROGRAMS
+        grid = jax.nn.one_hot(state.state, C.NUM_CELLS, dtype=jnp.float32)[:, None] * jax.nn.one_hot(
+            C.CH_PICKUP, C.GRID_CHANNELS, dtype=jnp.float32)[None, :]
+        player = jnp.zeros(head, jnp.float32).at[:2].set(1.0)  # row 5 / 5, col 5 / 5
+        return jnp.concatenate([player, grid.reshape(-1)])
+
+    def reset(self, key):
+        state, _ = self.tabular.reset(key)
+        return state, self.observe(state)
+
+    def step(self, state, action, key):
+        state, _, reward, done, info = self.tabular.step(state, action, key)
+        return state, self.observe(state), reward, done, info
+
+    def legal_actions(self, state):
+        return self.tabular.legal_actions(state)

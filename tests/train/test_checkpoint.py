@@ -198,12 +198,24 @@ def test_damaged_file_is_refused_with_reason(tmp_path):
         ({"num_layers": 3}, "num_layers: checkpoint has 1, this run has 3"),
         ({"obs_size": 1000}, f"obs_size: checkpoint has {OBS_FLAT_SIZE}, this run has 1000"),
         ({"num_actions": 30}, f"num_actions: checkpoint has {NUM_ACTIONS}, this run has 30"),
+        ({"network": "conv"}, "network: checkpoint has mlp, this run has conv"),
+        ({"critic": "separate"}, "critic: checkpoint has shared, this run has separate"),
     ],
 )
 def test_architecture_mismatch_is_refused_with_reason(tmp_path, change, expected):
     meta = checkpoint.read_meta(save_state(tmp_path, make_state(1), update=1))
     reasons = checkpoint.refusal_reasons(meta, dataclasses.replace(ARCH, **change), GAME_VERSION)
     assert reasons == [expected]
+
+
+def test_a_checkpoint_from_before_network_kinds_holds_an_mlp(tmp_path):
+    meta = checkpoint.read_meta(save_state(tmp_path, make_state(1), update=1))
+    raw = json.loads(meta.to_json())
+    for key in ("network", "critic"):
+        del raw["architecture"][key]
+    old = CheckpointMeta.from_json(json.dumps(raw))
+    assert (old.architecture.network, old.architecture.critic) == ("mlp", "shared")
+    assert checkpoint.refusal_reasons(old, ARCH, GAME_VERSION) == []
 
 
 def test_game_version_mismatch_is_refused_with_reason(tmp_path):
@@ -275,7 +287,35 @@ def test_exported_policy_loads_back(tmp_path):
         checkpoint.load_policy(tmp_path)
 
 
+@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate"), ("conv", "separate")])
+def test_every_network_kind_is_exported_and_loaded_back(tmp_path, kind, critic):
+    arch = dataclasses.replace(ARCH, network=kind, critic=critic)
+    params = checkpoint.network_like(arch, jax.random.key(3))
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params),
+                             {**dataclasses.asdict(arch), "game_version": GAME_VERSION})
+    description = json.loads((tmp_path / "policy.json").read_text())
+    assert (description["network"], description["critic"]) == (kind, critic)
+    loaded = checkpoint.load_policy(tmp_path)
+    assert (loaded.kind, loaded.critic) == (kind, critic)
+    assert_trees_equal(loaded, params)
+
+
+@pytest.mark.parametrize("network", [None, "hm.train.network.Network"])
+def test_an_old_policy_description_means_an_mlp(tmp_path, network):
+    # before kinds, policy.json named the network's class, or nothing
+    description = {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION}
+    del description["network"], description["critic"]
+    if network is not None:
+        description["network"] = network
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(make_state(5).params), description)
+    assert checkpoint.read_policy_description(tmp_path)["network"] == "mlp"
+    assert checkpoint.load_policy(tmp_path).kind == "mlp"
+
+
 @pytest.mark.parametrize("damage, message", [
+    (lambda d: d.update(network="transformer"), "network 'transformer' is not a kind this code builds"),
+    (lambda d: d.update(critic="twin"), "critic 'twin' is not one of shared, separate"),
+    (lambda d: d.update(network="conv"), "does not hold the network policy.json describes .conv network"),
     (lambda d: d.pop("hidden_dim"), "no integer hidden_dim"),
     (lambda d: d.update(num_layers=0), "no integer num_layers"),
     (lambda d: d.update(hidden_dim=ARCH.hidden_dim * 2), "does not hold the network policy.json describes"),

@@ -105,6 +105,8 @@ BAD = [
     ({"max_grad_norm": 0.0}, 1, "--max-grad-norm", "> 0"),
     ({"hidden_dim": 0}, 1, "--hidden-dim", "integer >= 1"),
     ({"num_layers": 0}, 1, "--num-layers", "integer >= 1"),
+    ({"network": "transformer"}, 1, "--network", "--network must be one of mlp, conv; got 'transformer'"),
+    ({"critic": "twin"}, 1, "--critic", "--critic must be one of shared, separate; got 'twin'"),
     ({"precision": "fp16"}, 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
     ({"seed": -1}, 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),
     ({"max_episode_steps": 0}, 1, "--max-episode-steps", "integer >= 1"),
@@ -138,7 +140,8 @@ def test_fields_are_exactly_the_cli_flags():
     assert names == [
         "num_envs", "num_steps", "total_timesteps", "lr", "gamma", "gae_lambda", "num_minibatches",
         "update_epochs", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "hidden_dim",
-        "num_layers", "precision", "seed", "max_episode_steps", "updates_per_call", "devices"]
+        "num_layers", "network", "critic", "precision", "seed", "max_episode_steps", "updates_per_call",
+        "devices"]
 
 
 def test_dict_round_trip():

@@ -1,21 +1,46 @@
-"""The actor-critic network: shapes, dtypes, initialisation, precision policy."""
+"""The actor-critic networks: shapes, dtypes, initialisation, precision policy, what each
+kind sees, and that each kind learns the probe problems."""
+
+import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from probes import PROBE_STATES, GridProbe, TabularState, probe_suite
 
-from hm.train.network import Network, evaluate
+from hm.game import constants as C
+from hm.train import distributions
+from hm.train.config import TrainConfig, resolve
+from hm.train.learner import init, make_train_fn
+from hm.train.mesh import make_mesh
+from hm.train.network import CELL_CHANNELS, CRITICS, KINDS, Network, evaluate, flops_per_sample
 from hm.train.precision import cast_floating
 
+OBS = C.OBS_FLAT_SIZE
+ALL = list(itertools.product(KINDS, CRITICS))
 
-def test_shapes_and_dtypes():
-    network = Network(1545, 28, 64, 2, key=jax.random.key(0))
-    obs = jax.random.uniform(jax.random.key(1), (5, 1545))
+
+def game_like_obs(key, batch: int) -> jnp.ndarray:
+    """Observations with the game's value grid (multiples of 1/36), mostly zeros."""
+    values = jnp.round(jax.random.uniform(key, (batch, OBS)) * 36) / 36
+    keep = jax.random.uniform(jax.random.fold_in(key, 1), (batch, OBS)) < 0.05
+    return jnp.where(keep, values, 0.0)
+
+
+@pytest.mark.parametrize("kind, critic", ALL)
+def test_shapes_and_dtypes(kind, critic):
+    network = Network(OBS, 28, 64, 2, kind=kind, critic=critic, key=jax.random.key(0))
+    assert (network.kind, network.critic) == (kind, critic)
+    obs = game_like_obs(jax.random.key(1), 5)
     for precision in ("f32", "bf16"):
         logits, values = evaluate(network, obs, precision)
         assert logits.shape == (5, 28) and values.shape == (5,)
         assert logits.dtype == values.dtype == jnp.float32
+        assert np.all(np.isfinite(logits)) and np.all(np.isfinite(values))
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(network))
+    assert (network.value_trunk is None) == (critic == "shared")
+    assert (network.encoder is None) == (kind == "mlp")
 
 
 def test_orthogonal_initialisation():
@@ -31,12 +56,124 @@ def test_orthogonal_initialisation():
     assert float(jnp.max(jnp.abs(logits))) < 0.2
 
 
-def test_bf16_forward_close_to_f32():
-    network = Network(1545, 28, 256, 2, key=jax.random.key(0))
-    obs = jnp.round(jax.random.uniform(jax.random.key(1), (64, 1545)) * 36) / 36
+@pytest.mark.parametrize("kind, critic", ALL)
+def test_bf16_forward_close_to_f32(kind, critic):
+    network = Network(OBS, 28, 256, 2, kind=kind, critic=critic, key=jax.random.key(0))
+    obs = game_like_obs(jax.random.key(1), 64)
     l32, v32 = evaluate(network, obs, "f32")
     l16, v16 = evaluate(network, obs, "bf16")
     assert np.all(np.isfinite(l16)) and np.all(np.isfinite(v16))
     np.testing.assert_allclose(l16, l32, atol=0.02)
     np.testing.assert_allclose(v16, v32, atol=0.1 * float(jnp.max(jnp.abs(v32))))
     assert cast_floating(network, jnp.bfloat16).trunk[0].weight.dtype == jnp.bfloat16
+
+
+def test_mlp_layer_sizes():
+    network = Network(OBS, 28, 256, 2, key=jax.random.key(0))
+    assert [layer.weight.shape for layer in network.trunk] == [(OBS, 256), (256, 256)]
+    assert network.policy_head.weight.shape == (256, 28) and network.value_head.weight.shape == (256, 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_separate_critic_has_its_own_trunk(kind):
+    network = Network(OBS, 28, 32, 2, kind=kind, critic="separate", key=jax.random.key(0))
+    obs = game_like_obs(jax.random.key(1), 8)
+
+    def value_sum(net):
+        return jnp.sum(evaluate(net, obs, "f32")[1])
+
+    def logit_sum(net):
+        return jnp.sum(evaluate(net, obs, "f32")[0])
+
+    value_grads, logit_grads = jax.grad(value_sum)(network), jax.grad(logit_sum)(network)
+    # the value reaches only the critic's trunk, the policy only the actor's
+    assert all(np.all(np.asarray(g) == 0) for g in jax.tree.leaves((value_grads.trunk, value_grads.encoder)))
+    assert all(np.all(np.asarray(g) == 0) for g in jax.tree.leaves((logit_grads.value_trunk, logit_grads.value_encoder)))
+    assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(value_grads.value_trunk))
+    # and the two trunks start from different weights
+    assert not np.allclose(network.trunk[1].weight, network.value_trunk[1].weight)
+
+
+def cell_features(network: Network, obs: jnp.ndarray) -> np.ndarray:
+    """The conv encoder's output per cell, [6, 6, channels]."""
+    out = network.encoder(obs)
+    return np.asarray(out[: C.NUM_CELLS * CELL_CHANNELS].reshape(C.ROWS, C.COLS, CELL_CHANNELS))
+
+
+def board(cells: dict[tuple[int, int], int], player: tuple[int, int]) -> jnp.ndarray:
+    obs = np.zeros(OBS, np.float32)
+    obs[0], obs[1] = player[0] / 5, player[1] / 5
+    head = C.PLAYER_FEATURES + C.NUM_PROGRAMS
+    for (row, col), channel in cells.items():
+        obs[head + (row * C.COLS + col) * C.GRID_CHANNELS + channel] = 1.0
+    return jnp.asarray(obs)
+
+
+def test_conv_encoder_is_a_convolution_over_the_board():
+    # Shifting the board (and the player) by one cell shifts the encoder's cell features
+    # by one cell, wherever neither board's 3x3 neighbourhoods reach the edge padding.
+    network = Network(OBS, 28, 32, 1, kind="conv", key=jax.random.key(0))
+    a = cell_features(network, board({(1, 2): C.CH_EXIT, (2, 1): C.CH_ENEMY_TYPE + 2}, player=(2, 2)))
+    b = cell_features(network, board({(2, 3): C.CH_EXIT, (3, 2): C.CH_ENEMY_TYPE + 2}, player=(3, 3)))
+    np.testing.assert_allclose(a[1:4, 1:4], b[2:5, 2:5], atol=1e-6)
+    # a cell's features depend on its neighbours only: the exit at (1, 2) does not reach (4, 4)
+    far = cell_features(network, board({(2, 1): C.CH_ENEMY_TYPE + 2}, player=(2, 2)))
+    np.testing.assert_allclose(a[4:, :], far[4:, :], atol=1e-6)
+    assert not np.allclose(a[0:3, 1:4], far[0:3, 1:4])
+    # the player's cell is seen (it is in the player vector, not the grid)
+    moved = cell_features(network, board({(1, 2): C.CH_EXIT, (2, 1): C.CH_ENEMY_TYPE + 2}, player=(4, 4)))
+    assert not np.allclose(a[3:6, 3:6], moved[3:6, 3:6])
+
+
+def test_conv_needs_the_game_observation():
+    with pytest.raises(ValueError, match="conv network reads the game's observation layout"):
+        Network(8, 3, 16, 1, kind="conv", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="unknown network kind 'transformer'"):
+        Network(OBS, 28, 16, 1, kind="transformer", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="unknown critic"):
+        Network(OBS, 28, 16, 1, critic="twin", key=jax.random.key(0))
+
+
+def test_flops_per_sample():
+    mlp = flops_per_sample(Network(OBS, 28, 256, 2, key=jax.random.key(0)), batch=16)
+    # the dense layers alone: 2 x (1545 x 256 + 256 x 256 + 256 x 29) per forward
+    dense = 2 * (OBS * 256 + 256 * 256 + 256 * 29)
+    assert dense <= mlp["forward"] < 1.05 * dense
+    assert 2 * mlp["forward"] < mlp["forward_backward"] < 2.3 * mlp["forward"]
+    conv = flops_per_sample(Network(OBS, 28, 256, 2, kind="conv", key=jax.random.key(0)), batch=16)
+    assert conv["forward"] < 0.8 * mlp["forward"]
+    separate = flops_per_sample(Network(OBS, 28, 256, 2, critic="separate", key=jax.random.key(0)), batch=16)
+    assert 1.9 * mlp["forward"] < separate["forward"] < 2.1 * mlp["forward"]
+
+
+# --- every kind learns the probe problems ----------------------------------------------------
+
+GAMMA = 0.9
+UPDATES = 40
+
+
+def train_probe(kind: str, critic: str):
+    env = GridProbe(probe_suite())
+    resolved = resolve(TrainConfig(
+        num_envs=16, num_steps=16, total_timesteps=16 * 16 * UPDATES, hidden_dim=32, num_layers=1,
+        network=kind, critic=critic, gamma=GAMMA, ent_coef=0.01, lr=5e-3, max_episode_steps=5,
+        updates_per_call=UPDATES, precision="f32"), "cpu", 1)
+    mesh = make_mesh(1)
+    state, _ = make_train_fn(resolved, env, mesh)(init(resolved, 0, env=env, mesh=mesh))
+    states = TabularState(state=jnp.arange(len(PROBE_STATES), dtype=jnp.int32))
+    logits, values = evaluate(state.params, jax.vmap(env.observe)(states), "f32")
+    probs = distributions.probs(logits, env.tabular.legal)
+    return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
+
+
+@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate"), ("conv", "separate")])
+def test_each_network_learns_the_probes(kind, critic):
+    # (the MLP with a shared trunk is tested on the flat probes in test_learner.py)
+    learned = train_probe(kind, critic)
+    expected = {"constant": 1.0, "positive": 1.0, "negative": -1.0, "discount_first": GAMMA,
+                "discount_second": 1.0, "credit": 1.0, "masked": 1.0, "loop": 1.0 / (1.0 - GAMMA)}
+    for name, value in expected.items():
+        tolerance = 0.5 if name == "loop" else 0.1
+        assert learned[name][1] == pytest.approx(value, abs=tolerance), name
+    assert learned["credit"][0][1] > 0.9
+    assert learned["masked"][0][2] == 0.0 and learned["masked"][0][1] > 0.9

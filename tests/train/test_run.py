@@ -102,7 +102,8 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
 
     assert_bitwise_equal(checkpoint.load_policy(run_dir), trainer.state.params)
     policy = json.loads((run_dir / "policy.json").read_text())
-    assert policy["hidden_dim"] == 16 and policy["num_layers"] == 1 and policy["network"] == "hm.train.network.Network"
+    assert policy["hidden_dim"] == 16 and policy["num_layers"] == 1 and policy["network"] == "mlp"
+    assert policy["critic"] == "shared"
 
     out = console.getvalue()
     assert "config (resolved):" in out and "devices: 1 x cpu" in out

@@ -4,7 +4,7 @@
 passes run in bfloat16 (parameters and inputs are cast on entry, so gradients flow
 back through the cast and arrive in float32); logits and values are cast back to
 float32 before the softmax, log-probabilities, GAE and losses. `f32` computes in
-float32 throughout. Which one is faster depends on the backend (PERFORMANCE.md: on
+float32 throughout. Which one is faster depends on the backend (docs/performance.md: on
 TPU bf16 mainly saves memory and bandwidth; on this project's CPU it is slower), hence
 `precision="auto"` in the config.
 """

@@ -13,11 +13,11 @@ Every function takes and returns a single, unbatched game; batch with `jax.vmap`
 
 from hm.game import constants
 from hm.game.actions import legal_actions
-from hm.game.core import reset, restart, step
+from hm.game.core import reset, reset_where, restart, step
 from hm.game.observation import Observation, observe
 from hm.game.render import render
 from hm.game.scenario import from_dict, to_dict
 from hm.game.state import GameState
 
 __all__ = ["GameState", "Observation", "constants", "from_dict", "legal_actions", "observe",
-           "render", "reset", "restart", "step", "to_dict"]
+           "render", "reset", "reset_where", "restart", "step", "to_dict"]

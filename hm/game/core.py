@@ -44,6 +44,33 @@ def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameSt
     return besides_snapshots(lambda f, s: batching.select(done, f, s), fresh, state)
 
 
+def _fresh_game(current: tuple[GameState, Float32[Array, " obs"]], active: Bool[Array, ""],
+                key: Key[Array, ""]) -> tuple[GameState, Float32[Array, " obs"]]:
+    state, _ = current
+    fresh = generation.new_game(key, active)
+    # A new game's UNDO stack is empty, so it may keep `state`'s snapshots (see `restart`):
+    # then the batched update below never carries or scatters the stacks.
+    fresh = besides_snapshots(lambda new, _: new, fresh, state)
+    return fresh, observe(fresh).values
+
+
+# Chunks of batch / 64 games: random play ends ~2% of 2048 games a step (one or two chunks).
+_fresh_game_where = batching.where_selected(_fresh_game, 64, 8)
+
+
+def reset_where(done: Bool[Array, ""], state: GameState, obs: Observation, key: Key[Array, ""]
+                ) -> tuple[GameState, Observation]:
+    """`reset(key)` where `done`, else `(state, obs)`: the auto-reset of a vectorised env.
+
+    Under `vmap` only the games that are done generate a new game and compute its
+    observation (`batching.where_selected`), so a batch pays for its finished games, not
+    for a `reset` of every game (`jnp.where(done, reset(key), ...)`). The new game is the
+    one `reset(key)` makes, except for the UNDO slots it never reads (as in `restart`).
+    """
+    state, values = _fresh_game_where((state, obs.values), done, key)
+    return state, Observation(values=values)
+
+
 def _keep_legal(is_legal: Bool[Array, ""], acted: GameState, state: GameState) -> GameState:
     """`acted` if the action was legal, else `state`. Under `vmap` there is no select at all
     when every game's action was legal (a masked policy's always are). No rule of a step

@@ -545,10 +545,14 @@ def complete_stage(state: GameState, key: PRNGKeyArray) -> GameState:
     return _complete_stage(state, jnp.asarray(True), key)
 
 
-def new_game(key: PRNGKeyArray) -> GameState:
+def new_game(key: PRNGKeyArray, active: Bool[Array, ""] | bool = True) -> GameState:
     """§12.5 `newGame`: the player on a uniform corner with a uniform starting bonus
-    (10 credits, 11 energy or 1 data siphon), stage 1, interval 12, then §12.2."""
-    return _new_game(key, jnp.asarray(True))
+    (10 credits, 11 energy or 1 data siphon), stage 1, interval 12, then §12.2.
+
+    `active` false makes the block layout search return at once and the result no valid
+    game: for padding entries of a batched rule (`batching.where_selected`), discarded.
+    """
+    return _new_game(key, jnp.asarray(active))
 
 
 def _new_game(key: PRNGKeyArray, active: Bool[Array, ""]) -> GameState:

@@ -29,9 +29,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray
 
 from hm import game
-from hm.command import Command
+from hm.command import Command, check_int, check_output_file, check_seed, use_compile_cache
 from hm.game import constants as C
-from hm.tools.play import check_int, check_output_file, check_seed, use_compile_cache
 from hm.tools.policy import PolicyError, act, load, uniform_network
 from hm.train.config import TrainConfig
 from hm.train.network import Network

@@ -9,14 +9,13 @@ submits it anyway, to see the rule). `--html FILE` records the game as a replay 
 (`hm.viz`): the board as a picture at every step, with the action and reward.
 
 The single-game helpers here (compiled `reset`, `step`, `legal_actions`, action names,
-reward lines, argument checks) serve `bin/watch` too, so both tools share one compiled
-`step`.
+reward lines) serve `bin/watch` too, so both tools share one compiled `step`. The flag
+checks every tool shares are in `hm.command`.
 """
 
 import dataclasses
 import io
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from tap import Tap
 
-from hm import command, game, viz
+from hm import game, viz
+from hm.command import Command, check_output_file, check_seed, use_compile_cache
 from hm.game import constants as C
 from hm.game.render import LEGEND
 from hm.game.scenario import PROGRAM_IDS, program_name
@@ -116,31 +116,6 @@ def advance(state: game.GameState, action: int, key: jax.Array):
     return state, obs, float(reward), bool(done), jax.device_get(info)
 
 
-def check_int(parser: Tap, flag: str, value: int, low: int, high: int | None = None) -> None:
-    """Exit with code 2 and a message naming `flag` and its range if `value` is outside it."""
-    if value < low or (high is not None and value > high):
-        span = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        parser.error(f"{flag} must be {span}; got {value!r}")
-
-
-def check_seed(parser: Tap, seed: int | None) -> None:
-    if seed is not None:
-        check_int(parser, "--seed", seed, 0, MAX_SEED)
-
-
-def check_float(parser: Tap, flag: str, value: float, low: float) -> None:
-    if not (math.isfinite(value) and value >= low):
-        parser.error(f"{flag} must be a finite number >= {low:g}; got {value!r}")
-
-
-def check_output_file(parser: Tap, flag: str, path: Path) -> None:
-    """Refuse now, not after the work, an output path that cannot be written."""
-    if path.is_dir():
-        parser.error(f"{flag} {path}: is a directory; give a file name")
-    if not path.parent.is_dir():
-        parser.error(f"{flag} {path}: directory {path.parent} does not exist")
-
-
 def random_seed() -> int:
     return int(np.random.default_rng().integers(0, MAX_SEED, endpoint=True))
 
@@ -149,7 +124,7 @@ def random_seed() -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class Command:
+class PlayerInput:
     """One line of input, understood: an action to take, or something for the session."""
 
     kind: Literal["action", "quit", "help", "list", "invalid"]
@@ -160,40 +135,40 @@ class Command:
 _WORDS = {name: action for action, name in enumerate(C.DIRECTION_NAMES)} | {"siphon": C.ACTION_SIPHON}
 
 
-def parse_command(line: str, owned: np.ndarray) -> Command:
+def parse_command(line: str, owned: np.ndarray) -> PlayerInput:
     """What `line` asks for; `owned` (bool per program id) makes `u` mean UNDO only if owned.
 
     Legality is not checked here (that needs the state); unknown input is `invalid`.
     """
     text = " ".join(line.lower().split())
     if text in ("", "l", "legal"):
-        return Command("list")
+        return PlayerInput("list")
     if text in ("q", "quit", "exit"):
-        return Command("quit")
+        return PlayerInput("quit")
     if text in ("?", "h", "help"):
-        return Command("help")
+        return PlayerInput("help")
     if text in MOVE_KEYS:
-        return Command("action", MOVE_KEYS[text])
+        return PlayerInput("action", MOVE_KEYS[text])
     if text in _WORDS:
-        return Command("action", _WORDS[text])
+        return PlayerInput("action", _WORDS[text])
     if text == SIPHON_KEY:
-        return Command("action", C.ACTION_SIPHON)
+        return PlayerInput("action", C.ACTION_SIPHON)
     if text == UNDO_KEY:
         if not owned[C.UNDO]:
-            return Command("invalid", message="`u` is UNDO, and you do not own UNDO")
-        return Command("action", UNDO_ACTION)
+            return PlayerInput("invalid", message="`u` is UNDO, and you do not own UNDO")
+        return PlayerInput("action", UNDO_ACTION)
     if text.isdigit():
         action = int(text)
         if action >= C.NUM_ACTIONS:
-            return Command("invalid", message=f"no action {action}: actions are 0-{C.NUM_ACTIONS - 1}")
-        return Command("action", action)
+            return PlayerInput("invalid", message=f"no action {action}: actions are 0-{C.NUM_ACTIONS - 1}")
+        return PlayerInput("action", action)
     name = text.removeprefix("p ")
     if name in PROGRAM_IDS:
-        return Command("action", C.PROGRAM_ACTION_OFFSET + PROGRAM_IDS[name])
+        return PlayerInput("action", C.PROGRAM_ACTION_OFFSET + PROGRAM_IDS[name])
     if text.startswith("p "):
-        return Command("invalid", message=f"no program {name!r}; programs: "
+        return PlayerInput("invalid", message=f"no program {name!r}; programs: "
                        + " ".join(program_name(i) for i in range(C.NUM_PROGRAMS)))
-    return Command("invalid", message=f"unknown command {line.strip()!r}; type ? for help")
+    return PlayerInput("invalid", message=f"unknown command {line.strip()!r}; type ? for help")
 
 
 def why_illegal(state: game.GameState, action: int) -> str:
@@ -220,7 +195,7 @@ def why_illegal(state: game.GameState, action: int) -> str:
 # --- the session ------------------------------------------------------------------------
 
 
-class PlayArgs(command.Command):
+class PlayArgs(Command):
     """Play HackMatrix in the terminal: one command per line (type ? for the list).
     Reads standard input, so a script can be piped in. Exit codes: 0 done, 2 bad input."""
 
@@ -358,14 +333,6 @@ def main(argv: Sequence[str] | None = None, stdin: io.TextIOBase | None = None, 
         viz.write_html(args.html, record, title=f"bin/play: {where}, seed {seed}")
         print(f"wrote {args.html} ({len(record)} frames)", file=out)
     return 0
-
-
-def use_compile_cache() -> None:
-    """Keep compiled programs across runs (as `bin/train` does), unless a cache is set up."""
-    if jax.config.jax_compilation_cache_dir is None:
-        from hm.train.run import DEFAULT_COMPILE_CACHE, configure_compile_cache
-
-        configure_compile_cache(DEFAULT_COMPILE_CACHE)
 
 
 if __name__ == "__main__":

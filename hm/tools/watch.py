@@ -12,7 +12,6 @@ action, the likeliest actions, the value and the reward terms; or an animated GI
 """
 
 import io
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -25,21 +24,9 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key
 
 from hm import game, viz
-from hm.command import Command
+from hm.command import Command, check_float, check_int, check_output_file, check_positive, check_seed, use_compile_cache
 from hm.tools.evaluate import DEFAULT_MAX_STEPS
-from hm.tools.play import (
-    action_name,
-    advance,
-    check_float,
-    check_int,
-    check_output_file,
-    check_seed,
-    new_game,
-    nonzero_terms,
-    outcome,
-    reward_line,
-    use_compile_cache,
-)
+from hm.tools.play import action_name, advance, new_game, nonzero_terms, outcome, reward_line
 from hm.tools.policy import PolicyError, act, load
 from hm.train.network import Network
 
@@ -129,11 +116,6 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
                                    note=f"over after {steps} steps, {how}: return {total:+.3f}"))
         returns.append(total)
     return returns
-
-
-def check_positive(parser: Command, flag: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        parser.error(f"{flag} must be a finite number > 0; got {value!r}")
 
 
 class WatchArgs(Command):

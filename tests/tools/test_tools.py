@@ -100,9 +100,9 @@ def test_commands_map_to_actions():
     expect = {"w": 0, "up": 0, "s": 1, "a": 2, "D": 3, " x ": 4, "siphon": 4, "7": 7, "p crash": 7,
               "crash": 7, "P  SIPH+": 5 + C.SIPH_PLUS, "anti_v": 5 + C.ANTI_V, "27": 27}
     for line, action in expect.items():
-        assert play.parse_command(line, none) == play.Command("action", action), line
+        assert play.parse_command(line, none) == play.PlayerInput("action", action), line
     assert C.DIRECTION_DELTAS[play.MOVE_KEYS["w"]].tolist() == [1, 0]   # up is row + 1
-    assert play.parse_command("u", undo) == play.Command("action", 5 + C.UNDO)
+    assert play.parse_command("u", undo) == play.PlayerInput("action", 5 + C.UNDO)
     assert "do not own UNDO" in play.parse_command("u", none).message
     for line in ("28", "p nope", "jump", "-1"):
         assert play.parse_command(line, none).kind == "invalid", line

@@ -1,4 +1,4 @@
-"""`bin/evaluate`: how well a policy plays, over many games at once.
+"""`bin/evaluate`: how well a policy plays, over many games at once, beside baselines.
 
 N episodes run side by side (`jax.vmap` over games) in one compiled `lax.scan` over
 steps; an episode that ends stops changing (its tally is frozen with `jnp.where`), and
@@ -6,12 +6,58 @@ one still running after `--max-steps` is *truncated*, counted apart from deaths 
 wins. The scan covers `CHUNK` steps per call and the host calls it again until every
 episode has ended or the step limit is reached: the same single compiled program, but
 a batch of short episodes (a random agent dies within a few hundred steps) does not pay
-for a thousand steps.
+for a thousand steps. There is one compiled program per kind of player
+(`hm.tools.players`): a network of a given shape, or the greedy baseline.
 
-The uniform-random-legal baseline (`--baseline random`) is a network with all weights
-zero (`hm.tools.policy.uniform_network`): it runs through the same compiled program as
-the policy it is compared with, and both see the same games (the same seed gives the
-same stages and randomness streams).
+Players: the policy, `--baseline random` (uniform over the legal actions; a network
+with all weights zero, so it runs through the policy's program) and `--baseline greedy`
+(the scripted `GreedyPlayer`: the legal action with the best immediate reward plus a
+small heuristic value, every action tried on a copy of the game).
+
+Games: every player sees the same games for the same `--seed` (the same stages and
+randomness streams). Evaluation games come from their own seed family, disjoint from
+training's: their key is `fold_in(key(seed), EVALUATION_STREAM)`, while every key a
+training run uses descends from `split(key(seed))`, so evaluating with the training
+seed does not replay the training games. Step `t` splits `fold_in(play key, t)` into the
+player's key and the environment's key: a player never sees the key its step will use.
+
+Python API (for benchmarks and scripts, on a network in memory):
+
+    report = evaluate(network_or_player, num_episodes=256, seed=0, max_steps=1000)
+    report.highest_stage_mean, report.to_json()
+
+`--json` writes, at `schema_version` 2 (a test pins every key):
+
+    schema_version  2
+    policy          where the policy was read from, or null
+    episodes, max_steps, seed, greedy, game_version
+    agents          {name: report} for "policy", "random", "greedy" (those evaluated)
+
+and one agent's report (rates are shares of episodes in [0, 1], std with ddof 0):
+
+    episodes; return_mean, return_std, return_median, return_min, return_max;
+    length_mean; win_rate, death_rate, truncation_rate
+    highest_stage          {"1".."8", "won": episode count}: the stage an episode ended
+                           on; a won game counts under "won" only
+    highest_stage_mean     mean of the stage an episode ended on (a won game: 8)
+    stage_completions      {"1".."8": episodes that completed that stage}
+    stage_completed_step_mean {"1".."8": mean step (1-based, steps since the episode
+                           began) at which stage k was completed, or null if none did}
+    siphon_episode_rate    share of episodes that siphoned at least once
+    program_episode_rate   share of episodes that ran at least one program
+    siphons_per_episode, programs_per_episode
+    programs               {program name: {"runs_per_episode", "episode_rate"}}
+    death_cause            {cause: death count}, causes in DEATH_CAUSES (sums to deaths)
+    reward_terms_mean      {term: mean per episode} in hm.game.constants.REWARD_TERMS order
+    steps                  env steps played; seconds: wall time, compilation included
+
+Cause of death. Only an enemy's attack takes the player's HP (GAME_RULES §10), and an
+enemy that attacks does not move in that phase, so the killer is one of the enemies next
+to the player after the fatal step, less those that hatched in that phase (born disabled).
+When those suspects are all of one type the death is put down to that type; when they
+are of several types the state cannot tell which one struck the last blow (activations
+run in a random order), so the cause is "several_kinds". "unknown" (no suspect) cannot
+happen under the rules; it is kept so that the causes always add up to the deaths.
 """
 
 import dataclasses
@@ -31,13 +77,24 @@ from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray
 from hm import game
 from hm.command import Command, check_int, check_output_file, check_seed, use_compile_cache
 from hm.game import constants as C
-from hm.tools.policy import PolicyError, act, load, uniform_network
+from hm.game import geometry
+from hm.tools.players import AbstractPlayer, GreedyPlayer, NetworkPlayer, random_player
+from hm.tools.policy import PolicyError, load
 from hm.train.config import TrainConfig
 from hm.train.network import Network
 
+SCHEMA_VERSION = 2
 CHUNK = 128                 # steps per compiled call; the host checks for the end between calls
 DEFAULT_EPISODES = 256
 DEFAULT_MAX_STEPS = TrainConfig.max_episode_steps   # where training truncates, too
+# Evaluation keys are `fold_in(key(seed), EVALUATION_STREAM)`: a family of their own.
+EVALUATION_STREAM = 0x65766131          # "eva1"
+BASELINES = ("random", "greedy")
+
+DEATH_CAUSES = (*C.ENEMY_NAMES, "several_kinds", "unknown")
+_SEVERAL_KINDS, _UNKNOWN = C.NUM_ENEMY_TYPES, C.NUM_ENEMY_TYPES + 1
+_NOT_DEAD = -1
+_MANHATTAN = geometry.MANHATTAN.astype(np.int32)
 
 
 class Episode(eqx.Module):
@@ -51,24 +108,64 @@ class Episode(eqx.Module):
     reward_terms: Float[Array, " terms"]    # summed over the episode, in C.REWARD_TERMS order
     won: Bool[Array, ""]
     died: Bool[Array, ""]
+    siphons: Int32[Array, ""]
+    program_runs: Int32[Array, " programs"]
+    death_cause: Int32[Array, ""]           # index into DEATH_CAUSES; _NOT_DEAD if alive
+    stage_completed_step: Int32[Array, " stages"]   # the `length` when stage k+1 was completed, else 0
 
 
 def start(key: Key[Array, ""]) -> Episode:
     """A new game with an empty tally."""
     state, obs = game.reset(key)
-    false = jnp.asarray(False)
+    false, zero = jnp.asarray(False), jnp.int32(0)
     return Episode(state=state, obs=obs.flat(), ended=false, episode_return=jnp.float32(0.0),
-                   length=jnp.int32(0), reward_terms=jnp.zeros((len(C.REWARD_TERMS),), jnp.float32),
-                   won=false, died=false)
+                   length=zero, reward_terms=jnp.zeros((len(C.REWARD_TERMS),), jnp.float32),
+                   won=false, died=false, siphons=zero,
+                   program_runs=jnp.zeros((C.NUM_PROGRAMS,), jnp.int32),
+                   death_cause=jnp.int32(_NOT_DEAD),
+                   stage_completed_step=jnp.zeros((C.NUM_STAGES,), jnp.int32))
+
+
+def death_cause(before: game.GameState, after: game.GameState) -> Int32[Array, ""]:
+    """Who killed the player of `after`, dead after a step from `before`: an index into
+    DEATH_CAUSES (see the module docstring).
+
+    The suspects are the enemies next to the player after the step, less those that
+    hatched in the fatal phase (an enemy hatches disabled, so it cannot attack in the
+    phase of its birth): an enemy on a cell where `before` had a transmission of its
+    type about to hatch.
+    """
+    here = after.player.row * C.COLS + after.player.col
+    e, t = after.enemies, before.transmissions
+    cells = e.row.astype(jnp.int32) * C.COLS + e.col.astype(jnp.int32)
+    hatching = t.alive & (t.timer <= 1)
+    transmission_cells = t.row.astype(jnp.int32) * C.COLS + t.col.astype(jnp.int32)
+    newborn = jnp.any(hatching[None, :] & (transmission_cells[None, :] == cells[:, None])
+                      & (t.kind[None, :] == e.kind[:, None]), axis=1)
+    suspect = e.alive & ~newborn & (jnp.asarray(_MANHATTAN)[cells, here] == 1)
+    kinds = jnp.any(suspect[:, None] & (e.kind[:, None] == jnp.arange(C.NUM_ENEMY_TYPES, dtype=jnp.int8)[None, :]),
+                    axis=0)
+    count = jnp.sum(kinds, dtype=jnp.int32)
+    return jnp.where(count == 1, jnp.argmax(kinds).astype(jnp.int32),
+                     jnp.where(count > 1, _SEVERAL_KINDS, _UNKNOWN)).astype(jnp.int32)
 
 
 def advance(episode: Episode, action: Int32[Array, ""], key: Key[Array, ""], live: Bool[Array, ""]) -> Episode:
     """`episode` after `action` if `live`, else unchanged."""
     state, obs, reward, done, info = game.step(episode.state, action, key)
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS])
-    stepped = Episode(state=state, obs=obs.flat(), ended=done, episode_return=episode.episode_return + reward,
-                      length=episode.length + 1, reward_terms=episode.reward_terms + terms,
-                      won=info["won"], died=info["died"])
+    legal = ~info["illegal"]
+    length = episode.length + 1
+    program = action - C.PROGRAM_ACTION_OFFSET
+    ran = legal & (jnp.arange(C.NUM_PROGRAMS, dtype=jnp.int32) == program)
+    completed = info["stage_completed"] & (jnp.arange(1, C.NUM_STAGES + 1) == episode.state.stage)
+    stepped = Episode(
+        state=state, obs=obs.flat(), ended=done, episode_return=episode.episode_return + reward,
+        length=length, reward_terms=episode.reward_terms + terms, won=info["won"], died=info["died"],
+        siphons=episode.siphons + (legal & (action == C.ACTION_SIPHON)).astype(jnp.int32),
+        program_runs=episode.program_runs + ran.astype(jnp.int32),
+        death_cause=jnp.where(info["died"], death_cause(episode.state, state), episode.death_cause),
+        stage_completed_step=jnp.where(completed, length, episode.stage_completed_step))
     return jax.tree.map(lambda new, old: jnp.where(live, new, old), stepped, episode)
 
 
@@ -78,21 +175,26 @@ def _start_all(keys: Key[Array, " n"]) -> Episode:
 
 
 @eqx.filter_jit
-def _play_chunk(network: Network, episodes: Episode, key: PRNGKeyArray, first_step: Int32[Array, ""],
-                max_steps: Int32[Array, ""], greedy: Bool[Array, ""]) -> Episode:
+def _play_chunk(player: AbstractPlayer, episodes: Episode, key: PRNGKeyArray, first_step: Int32[Array, ""],
+                max_steps: Int32[Array, ""]) -> Episode:
     """`CHUNK` steps of every episode; step `t` draws from `fold_in(key, t)`."""
     n = episodes.ended.shape[0]
 
     def step(episodes: Episode, t: Int32[Array, ""]) -> tuple[Episode, None]:
-        action_key, env_key = jax.random.split(jax.random.fold_in(key, t))
+        player_key, env_key = jax.random.split(jax.random.fold_in(key, t))
         mask = jax.vmap(game.legal_actions)(episodes.state)
-        action, _, _ = act(network, episodes.obs, mask, jax.random.uniform(action_key, (n,)), greedy)
+        action = player.choose(episodes.state, episodes.obs, mask, player_key)
         live = ~episodes.ended & (t < max_steps)
         episodes = jax.vmap(advance)(episodes, action, jax.random.split(env_key, n), live)
         return episodes, None
 
     steps = first_step + jnp.arange(CHUNK, dtype=jnp.int32)
     return jax.lax.scan(step, episodes, steps)[0]
+
+
+def evaluation_key(seed: int) -> PRNGKeyArray:
+    """The root key of the evaluation games of `seed` (see the module docstring)."""
+    return jax.random.fold_in(jax.random.key(seed), EVALUATION_STREAM)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,25 +208,31 @@ class Results:
     truncated: np.ndarray          # bool [n]: still running at the step limit
     stage: np.ndarray              # int32 [n]: the highest stage reached (the last one)
     reward_terms: np.ndarray       # float32 [n, terms]
+    siphons: np.ndarray            # int32 [n]: siphon actions taken
+    program_runs: np.ndarray       # int32 [n, programs]: runs of each program
+    death_cause: np.ndarray        # int32 [n]: index into DEATH_CAUSES, -1 if not dead
+    stage_completed_step: np.ndarray   # int32 [n, stages]: step that completed stage k+1, 0 if not
     seconds: float
 
 
-def run_episodes(network: Network, num_episodes: int, max_steps: int, seed: int, greedy: bool = False) -> Results:
-    """Play `num_episodes` games with `network` for at most `max_steps` steps each.
+def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps: int, seed: int,
+                 greedy: bool = False) -> Results:
+    """Play `num_episodes` games with `player` for at most `max_steps` steps each.
 
     Args:
-        network: the policy (`uniform_network()` for the random baseline).
+        player: a player (`hm.tools.players`), or a network (played by `NetworkPlayer`).
         num_episodes: games, played side by side.
         max_steps: the step limit; a game still running then is truncated.
-        seed: decides the games and every random draw (the same for every network).
-        greedy: take each state's likeliest action instead of sampling.
+        seed: decides the games and every random draw (the same for every player).
+        greedy: with a network, take each state's likeliest action instead of sampling.
     """
+    if isinstance(player, Network):
+        player = NetworkPlayer(network=player, greedy=jnp.asarray(greedy))
     began = time.perf_counter()
-    reset_key, play_key = jax.random.split(jax.random.key(seed))
+    reset_key, play_key = jax.random.split(evaluation_key(seed))
     episodes = _start_all(jax.random.split(reset_key, num_episodes))
     for first_step in range(0, max_steps, CHUNK):
-        episodes = _play_chunk(network, episodes, play_key, jnp.int32(first_step), jnp.int32(max_steps),
-                               jnp.asarray(greedy))
+        episodes = _play_chunk(player, episodes, play_key, jnp.int32(first_step), jnp.int32(max_steps))
         if bool(jnp.all(episodes.ended)):
             break
     host = jax.device_get(episodes)
@@ -132,14 +240,23 @@ def run_episodes(network: Network, num_episodes: int, max_steps: int, seed: int,
         episode_return=np.asarray(host.episode_return), length=np.asarray(host.length),
         won=np.asarray(host.won), died=np.asarray(host.died), truncated=~np.asarray(host.ended),
         stage=np.asarray(host.state.stage), reward_terms=np.asarray(host.reward_terms),
+        siphons=np.asarray(host.siphons), program_runs=np.asarray(host.program_runs),
+        death_cause=np.asarray(host.death_cause),
+        stage_completed_step=np.asarray(host.stage_completed_step),
         seconds=time.perf_counter() - began)
 
 
 def summarise(results: Results) -> dict[str, Any]:
-    """The report of one agent: JSON-able numbers (rates in [0, 1], std with ddof 0)."""
+    """The report of one player: JSON-able numbers (the schema in the module docstring)."""
     returns = results.episode_return.astype(np.float64)
     n = len(returns)
-    stage_counts = np.bincount(results.stage, minlength=C.NUM_STAGES + 1)[1:]
+    stages = [str(stage) for stage in range(1, C.NUM_STAGES + 1)]
+    ended_on = np.bincount(results.stage[~results.won], minlength=C.NUM_STAGES + 1)[1:]
+    completed = results.stage_completed_step > 0
+    completions = completed.sum(axis=0)
+    step_sums = np.where(completed, results.stage_completed_step, 0).sum(axis=0, dtype=np.float64)
+    ran = results.program_runs > 0
+    causes = np.bincount(results.death_cause[results.died], minlength=len(DEATH_CAUSES))
     return {
         "episodes": n,
         "return_mean": float(returns.mean()),
@@ -151,12 +268,94 @@ def summarise(results: Results) -> dict[str, Any]:
         "win_rate": float(results.won.mean()),
         "death_rate": float(results.died.mean()),
         "truncation_rate": float(results.truncated.mean()),
-        "highest_stage": {str(stage): int(count) for stage, count in enumerate(stage_counts.tolist(), 1)},
+        "highest_stage": {**dict(zip(stages, map(int, ended_on))), "won": int(results.won.sum())},
+        "highest_stage_mean": float(results.stage.mean()),
+        "stage_completions": dict(zip(stages, map(int, completions))),
+        "stage_completed_step_mean": {stage: float(total / count) if count else None
+                                      for stage, total, count in zip(stages, step_sums, completions)},
+        "siphon_episode_rate": float((results.siphons > 0).mean()),
+        "program_episode_rate": float(ran.any(axis=1).mean()),
+        "siphons_per_episode": float(results.siphons.mean()),
+        "programs_per_episode": float(results.program_runs.sum(axis=1).mean()),
+        "programs": {name: {"runs_per_episode": float(results.program_runs[:, i].mean()),
+                            "episode_rate": float(ran[:, i].mean())}
+                     for i, name in enumerate(C.PROGRAM_NAMES)},
+        "death_cause": dict(zip(DEATH_CAUSES, map(int, causes))),
         "reward_terms_mean": {name: float(results.reward_terms[:, i].astype(np.float64).mean())
                               for i, name in enumerate(C.REWARD_TERMS)},
         "steps": int(results.length.sum()),
         "seconds": round(results.seconds, 3),   # wall time, compilation included
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """One player's evaluation: the per-episode results and their summary (`to_json`)."""
+
+    player: str
+    seed: int
+    max_steps: int
+    results: Results
+    summary: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary, JSON-able (one agent's report in the `--json` schema)."""
+        return self.summary
+
+    @property
+    def highest_stage_mean(self) -> float:
+        return self.summary["highest_stage_mean"]
+
+    @property
+    def return_mean(self) -> float:
+        return self.summary["return_mean"]
+
+    @property
+    def win_rate(self) -> float:
+        return self.summary["win_rate"]
+
+    @property
+    def siphon_episode_rate(self) -> float:
+        return self.summary["siphon_episode_rate"]
+
+    @property
+    def program_episode_rate(self) -> float:
+        return self.summary["program_episode_rate"]
+
+
+def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
+                like: Network | None = None) -> AbstractPlayer:
+    """A player from a network, a player, or a baseline's name ("random", "greedy").
+
+    `like` gives the random baseline its network shape (so it shares that program).
+    """
+    if isinstance(player, AbstractPlayer):
+        return player
+    if isinstance(player, Network):
+        return NetworkPlayer(network=player, greedy=jnp.asarray(greedy))
+    if player == "random":
+        return random_player(like)
+    if player == "greedy":
+        return GreedyPlayer()
+    raise ValueError(f"player must be a Network, an AbstractPlayer or one of {BASELINES}; got {player!r}")
+
+
+def evaluate(player: AbstractPlayer | Network | str, num_episodes: int = DEFAULT_EPISODES, seed: int = 0,
+             max_steps: int = DEFAULT_MAX_STEPS, greedy: bool = False) -> Report:
+    """Evaluate a network in memory, a player, or a baseline by name ("random", "greedy").
+
+    Args:
+        player: what plays (see `make_player`).
+        num_episodes: games, played side by side.
+        seed: the evaluation seed (games disjoint from training's; see the module docstring).
+        max_steps: steps per game; a game still running then is truncated.
+        greedy: with a network, play its likeliest action instead of sampling.
+    """
+    if num_episodes < 1 or max_steps < 1:
+        raise ValueError(f"num_episodes and max_steps must be >= 1; got {num_episodes}, {max_steps}")
+    name = player if isinstance(player, str) else type(player).__name__
+    results = run_episodes(make_player(player, greedy), num_episodes, max_steps, seed)
+    return Report(player=name, seed=seed, max_steps=max_steps, results=results, summary=summarise(results))
 
 
 def format_reports(reports: dict[str, dict[str, Any]]) -> str:
@@ -168,6 +367,9 @@ def format_reports(reports: dict[str, dict[str, Any]]) -> str:
     def row(label: str, cell) -> None:
         rows.append((label, [cell(reports[name]) for name in names]))
 
+    def share(count: int, r) -> str:
+        return f"{count / r['episodes']:.3f}"
+
     row("return mean", lambda r: f"{r['return_mean']:+.3f}")
     row("return std", lambda r: f"{r['return_std']:.3f}")
     row("return median", lambda r: f"{r['return_median']:+.3f}")
@@ -176,10 +378,27 @@ def format_reports(reports: dict[str, dict[str, Any]]) -> str:
     row("win rate", lambda r: f"{r['win_rate']:.3f}")
     row("death rate", lambda r: f"{r['death_rate']:.3f}")
     row("truncation rate", lambda r: f"{r['truncation_rate']:.3f}")
-    for stage in range(1, C.NUM_STAGES + 1):
-        if any(reports[name]["highest_stage"][str(stage)] for name in names):
-            row(f"highest stage {stage}",
-                lambda r, s=str(stage): f"{r['highest_stage'][s] / r['episodes']:.3f}")
+    row("highest stage mean", lambda r: f"{r['highest_stage_mean']:.2f}")
+    for stage in [str(s) for s in range(1, C.NUM_STAGES + 1)] + ["won"]:
+        if any(reports[name]["highest_stage"][stage] for name in names):
+            label = "won" if stage == "won" else f"ended on stage {stage}"
+            row(label, lambda r, s=stage: share(r["highest_stage"][s], r))
+    for stage in map(str, range(1, C.NUM_STAGES + 1)):
+        if any(reports[name]["stage_completions"][stage] for name in names):
+            row(f"stage {stage} done at step",
+                lambda r, s=stage: "-" if r["stage_completed_step_mean"][s] is None
+                else f"{r['stage_completed_step_mean'][s]:.1f}")
+    row("siphoned (episodes)", lambda r: f"{r['siphon_episode_rate']:.3f}")
+    row("ran a program (episodes)", lambda r: f"{r['program_episode_rate']:.3f}")
+    row("siphons / episode", lambda r: f"{r['siphons_per_episode']:.2f}")
+    row("programs / episode", lambda r: f"{r['programs_per_episode']:.2f}")
+    for program in C.PROGRAM_NAMES:
+        if any(reports[name]["programs"][program]["runs_per_episode"] for name in names):
+            row(f"  {program} runs / episode",
+                lambda r, p=program: f"{r['programs'][p]['runs_per_episode']:.2f}")
+    for cause in DEATH_CAUSES:
+        if any(reports[name]["death_cause"][cause] for name in names):
+            row(f"killed by {cause}", lambda r, c=cause: share(r["death_cause"][c], r))
     for term in C.REWARD_TERMS:
         row(f"term {term}", lambda r, t=term: f"{r['reward_terms_mean'][t]:+.3f}")
     label_width = max(len(label) for label, _ in rows) + 2
@@ -189,31 +408,34 @@ def format_reports(reports: dict[str, dict[str, Any]]) -> str:
 
 
 class EvaluateArgs(Command):
-    """Evaluate a trained policy over many games (vectorised), and/or a uniform-random
-    baseline: return, length, win/death/truncation rates, highest stage, reward terms.
+    """Evaluate a trained policy over many games (vectorised) and/or baselines: return,
+    length, win/death/truncation rates, highest stage, when each stage was completed,
+    siphon and program use, cause of death, reward terms. Baselines: random plays uniformly
+    among the legal actions; greedy is scripted, the best immediate reward plus a heuristic.
     Exit codes: 0 done, 2 bad input (a path that holds no usable policy, a flag out of range)."""
 
     policy: str | None = None  # Run directory, policy.eqx/policy.json, or checkpoint file.
     episodes: int = DEFAULT_EPISODES  # Games to play (>= 1), all at once.
     max_steps: int = DEFAULT_MAX_STEPS  # Steps per game (>= 1); a game still running then counts as truncated.
-    seed: int = 0  # Random seed in [0, 2^32 - 1]; the same seed gives every agent the same games.
-    greedy: bool = False  # Play the policy's likeliest action instead of sampling (the baseline always samples).
-    baseline: Literal["random"] | None = None  # Also (or only) evaluate a uniform-random-legal player.
+    seed: int = 0  # Random seed in [0, 2^32 - 1]; the same seed gives every agent the same games (not training's).
+    greedy: bool = False  # Play the policy's likeliest action instead of sampling (the random baseline always samples).
+    baseline: list[Literal["random", "greedy"]] = []  # Also (or only) evaluate baselines: random, greedy (scripted), or both.
     json: Path | None = None  # Write the report to this file as JSON.
 
     def configure(self) -> None:
         self.add_argument("policy", nargs="?", metavar="RUN_OR_POLICY")
+        self.add_argument("--baseline", nargs="+", action="extend", default=[])
         self.add_argument("--json", metavar="OUT.json")
 
     def process_args(self) -> None:
-        if self.policy is None and self.baseline is None:
+        if self.policy is None and not self.baseline:
             self.error("give RUN_OR_POLICY (a run directory, policy.eqx or checkpoint), "
-                       "--baseline random, or both")
+                       "--baseline random/greedy, or both")
         check_int(self, "--episodes", self.episodes, 1)
         check_int(self, "--max-steps", self.max_steps, 1)
         check_seed(self, self.seed)
         if self.greedy and self.policy is None:
-            self.error("--greedy needs RUN_OR_POLICY: the random baseline always samples")
+            self.error("--greedy needs RUN_OR_POLICY: it plays the policy's likeliest action")
         if self.json is not None:
             check_output_file(self, "--json", self.json)
 
@@ -231,20 +453,20 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
             parser.error(f"RUN_OR_POLICY: {error}")
     use_compile_cache()
 
-    agents: dict[str, tuple[Network, bool]] = {}
+    players: dict[str, AbstractPlayer] = {}
     if policy is not None:
-        agents["policy"] = (policy.network, args.greedy)
+        players["policy"] = make_player(policy.network, args.greedy)
         print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out)
-    if args.baseline == "random":
-        agents["random"] = (uniform_network(policy.network if policy else None), False)
+    for baseline in dict.fromkeys(args.baseline):   # in the order given, once each
+        players[baseline] = make_player(baseline, like=policy.network if policy else None)
     print(f"{args.episodes} episodes of at most {args.max_steps} steps, seed {args.seed}", file=out, flush=True)
 
-    reports = {}
-    for name, (network, greedy) in agents.items():
-        reports[name] = summarise(run_episodes(network, args.episodes, args.max_steps, args.seed, greedy))
+    reports = {name: summarise(run_episodes(player, args.episodes, args.max_steps, args.seed))
+               for name, player in players.items()}
     print(format_reports(reports), file=out)
     if args.json is not None:
         document = {
+            "schema_version": SCHEMA_VERSION,
             "policy": policy.source if policy else None,
             "episodes": args.episodes, "max_steps": args.max_steps, "seed": args.seed,
             "greedy": args.greedy, "game_version": C.GAME_VERSION,

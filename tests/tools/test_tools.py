@@ -195,8 +195,10 @@ def check_report(report: dict, max_steps: int) -> None:
         assert 0.0 <= report[rate] <= 1.0
     assert report["win_rate"] + report["death_rate"] + report["truncation_rate"] == pytest.approx(1.0)
     assert 0 < report["length_mean"] <= max_steps
-    assert set(report["highest_stage"]) == {str(s) for s in range(1, C.NUM_STAGES + 1)}
+    assert set(report["highest_stage"]) == {str(s) for s in range(1, C.NUM_STAGES + 1)} | {"won"}
     assert sum(report["highest_stage"].values()) == EPISODES
+    assert report["highest_stage"]["won"] == round(report["win_rate"] * EPISODES)
+    assert sum(report["death_cause"].values()) == round(report["death_rate"] * EPISODES)
     assert list(report["reward_terms_mean"]) == list(C.REWARD_TERMS)
     # The return is the sum of its terms, episode by episode, so on average too.
     assert sum(report["reward_terms_mean"].values()) == pytest.approx(report["return_mean"], abs=1e-3)

@@ -10,6 +10,20 @@ synthetic metric streams. The rules, with the thresholds in `HealthThresholds`:
   close to deterministic and has stopped exploring.
 * stall: `episode/length` rising while `episode/return` stays flat, the signature of an
   agent that learned to survive (or dither) without progressing.
+* policy stopped moving: `ppo/approx_kl` below 1e-4 on `still_updates` (20) checks in a
+  row. Healthy PPO moves its policy by 1e-3 to 1e-2 nats per update (implementations
+  that stop early aim at 0.01 to 0.02); a hundredth of the low end, sustained, means the
+  updates no longer change what the agent does: a vanished learning signal, a
+  saturated policy or a learning rate decayed too far.
+* an action dying out while still legal: for each action kind the env reports both as
+  `actions/<kind>` (share of steps taking it) and `legal/<kind>` (share of steps where
+  it was legal, summed over the kind's actions), the kind is taken on fewer than 0.1 %
+  of the steps where it could be (`min_taken_per_legal`), on `dying_updates` (20) checks
+  in a row, while legal on at least 1 % of steps (`min_legal_frac`; rarer chances are
+  too few to judge). A uniformly random player takes each legal action on about a tenth
+  of its chances, so 0.1 % is a hundredfold neglect: the policy has written the action
+  off (the measured default run took siphons on 0.006 % of steps) and, with its
+  probability near zero, will not explore it again.
 * NaN or inf in any metric: fatal; the run stops and keeps its last good checkpoint.
 
 A warning that persists is repeated every `repeat_every` updates, not on every one.
@@ -44,6 +58,14 @@ class HealthThresholds:
     stall_length_rise: float = 0.25
     # ...while return grew by at most this fraction of max(|older return|, 1).
     stall_return_rise: float = 0.05
+    # Policy stopped moving: approx_kl below this on `still_updates` checks in a row.
+    min_approx_kl: float = 1e-4
+    still_updates: int = 20
+    # An action kind dies out: taken on fewer than this share of the steps where it was
+    # legal, on `dying_updates` checks in a row, while legal on >= `min_legal_frac` of steps.
+    min_taken_per_legal: float = 1e-3
+    min_legal_frac: float = 0.01
+    dying_updates: int = 20
     repeat_every: int = 50
 
 
@@ -55,6 +77,8 @@ class HealthMonitor:
         self._entropy_early: list[float] = []
         self._episodes: collections.deque[tuple[float, float]] = collections.deque(maxlen=thresholds.stall_window)
         self._since_warned: dict[str, int] = {}
+        self._still = 0                           # consecutive checks with a tiny approx_kl
+        self._dying: dict[str, int] = {}          # action kind -> consecutive neglected checks
 
     def check(self, metrics: Mapping[str, float]) -> list[HealthWarning]:
         """The warnings raised by one update's metrics, in a fixed order."""
@@ -75,6 +99,8 @@ class HealthMonitor:
                 ("clip_frac", self._clip_frac(metrics)),
                 ("entropy_collapse", self._entropy(metrics)),
                 ("stall", self._stall(metrics)),
+                ("policy_still", self._policy_still(metrics)),
+                ("action_dies_out", self._dying_actions(metrics)),
             )
         ]
         return [warning for warning in found if warning is not None]
@@ -143,6 +169,42 @@ class HealthMonitor:
                 f"{return_old:.3g} -> {return_new:.3g}: the agent is stalling"
             )
         return None
+
+
+    def _policy_still(self, metrics: Mapping[str, float]) -> str | None:
+        kl = metrics.get("ppo/approx_kl")
+        self._still = self._still + 1 if kl is not None and kl < self.thresholds.min_approx_kl else 0
+        if self._still < self.thresholds.still_updates:
+            return None
+        return (
+            f"ppo/approx_kl {kl:.2g} < {self.thresholds.min_approx_kl:g} for {self._still} updates: the policy "
+            "has stopped moving; check loss/entropy (raise --ent-coef if it collapsed) and --lr"
+        )
+
+    def _dying_actions(self, metrics: Mapping[str, float]) -> str | None:
+        """Action kinds taken on under `min_taken_per_legal` of their legal steps, for long."""
+        t = self.thresholds
+        dying = []
+        for name, legal in metrics.items():
+            if not name.startswith(LEGAL_PREFIX):
+                continue
+            kind = name[len(LEGAL_PREFIX):]
+            taken = metrics.get(ACTIONS_PREFIX + kind)
+            neglected = taken is not None and legal >= t.min_legal_frac and taken < t.min_taken_per_legal * legal
+            self._dying[kind] = self._dying.get(kind, 0) + 1 if neglected else 0
+            if self._dying[kind] >= t.dying_updates:
+                dying.append(f"{kind} (taken on {100 * taken:.2g}% of steps, legal on {100 * legal:.2g}%)")
+        if not dying:
+            return None
+        return (
+            f"actions dying out while still legal, for {t.dying_updates}+ updates: {', '.join(dying)}; "
+            "the policy has written them off; raise --ent-coef to keep exploring them"
+        )
+
+
+# The env's action metrics: shares of steps taking each action kind, and where it was legal.
+ACTIONS_PREFIX = "actions/"
+LEGAL_PREFIX = "legal/"
 
 
 def has_episodes(metrics: Mapping[str, float]) -> bool:

@@ -106,6 +106,7 @@ class StepStats(eqx.Module):
     wins: Int32[Array, ""]
     reward_terms: Float[Array, " terms"]
     actions: Float[Array, " actions"]
+    legal: Float[Array, " actions"]           # steps where each action was legal
 
 
 class Samples(eqx.Module):
@@ -267,6 +268,7 @@ class Learner(eqx.Module):
                 wins=jnp.sum(finished & out.info.won, dtype=jnp.int32),
                 reward_terms=jnp.sum(out.info.reward_terms, axis=0),
                 actions=jnp.sum(jax.nn.one_hot(action, num_actions, dtype=jnp.float32), axis=0),
+                legal=jnp.sum(envs.mask, axis=0, dtype=jnp.float32),
             )
             return new_envs, (transition, stats)
 
@@ -392,6 +394,9 @@ class Learner(eqx.Module):
         for i, name in enumerate(self.env.reward_terms):
             out[f"reward/{name}"] = total.reward_terms[i] / steps
         out.update(self.env.action_metrics(total.actions / steps))
+        # The same statistics of where each action was legal, as `legal/...` (health checks).
+        out.update({"legal/" + name.removeprefix("actions/"): value
+                    for name, value in self.env.action_metrics(total.legal / steps).items()})
         return out
 
 
@@ -509,7 +514,8 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env
-    steps (see the env's `action_metrics`); `env_steps` the env steps of this call.
+    steps (see the env's `action_metrics`), `legal/...` the same of the legal actions;
+    `env_steps` the env steps of this call.
     """
     env = env if env is not None else HackMatrixEnv()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)

@@ -2,9 +2,18 @@
 
 import math
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from probes import probe_suite
 
+from hm.game import constants as C
+from hm.train.config import TrainConfig, resolve
+from hm.train.envs import HackMatrixEnv
 from hm.train.health import HealthMonitor, HealthThresholds, non_finite
+from hm.train.learner import Learner, StepStats
 
 
 def healthy(update: int) -> dict[str, float]:
@@ -18,6 +27,10 @@ def healthy(update: int) -> dict[str, float]:
         "episode/count": 10.0,
         "episode/return": 1.0 + 0.1 * update,
         "episode/length": 50.0 + 0.5 * update,
+        "actions/siphon_frac": 0.02,
+        "legal/siphon_frac": 0.3,
+        "actions/program/CRASH": 0.001,
+        "legal/program/CRASH": 0.05,
     }
 
 
@@ -115,3 +128,78 @@ def test_episode_means_over_no_episode_are_not_fatal():
     assert non_finite(metrics) == {}
     assert HealthMonitor().check(metrics) == []
     assert list(non_finite({**metrics, "loss/value": math.nan})) == ["loss/value"]
+
+
+def test_policy_still_after_twenty_updates_of_tiny_kl():
+    monitor = HealthMonitor(HealthThresholds(repeat_every=1000))
+    # approx_kl 5e-5 from update 10 on, except one healthy update at 20 that restarts the count.
+    stream = [{**healthy(u), "ppo/approx_kl": 0.01 if u < 10 or u == 20 else 5e-5} for u in range(60)]
+    assert kinds(monitor, stream) == [(40, "policy_still")]
+
+
+def test_policy_still_threshold_and_message():
+    monitor = HealthMonitor(HealthThresholds(still_updates=1))
+    assert monitor.check({**healthy(0), "ppo/approx_kl": 1e-4}) == []
+    (warning,) = monitor.check({**healthy(1), "ppo/approx_kl": 9e-5})
+    assert warning.kind == "policy_still" and not warning.fatal
+    assert "9e-05" in warning.message and "stopped moving" in warning.message and "--ent-coef" in warning.message
+
+
+def test_an_action_dying_out_while_legal_is_named():
+    monitor = HealthMonitor(HealthThresholds(repeat_every=1000))
+    # Siphons taken on 0.005 % of steps while legal on 30 %: under 0.1 % of their chances.
+    stream = [{**healthy(u), "actions/siphon_frac": 0.02 if u < 5 else 5e-5} for u in range(40)]
+    found = [(u, w) for u, metrics in enumerate(stream) for w in monitor.check(metrics)]
+    assert [(u, w.kind) for u, w in found] == [(24, "action_dies_out")]
+    message = found[0][1].message
+    assert "siphon_frac" in message and "0.005%" in message and "30%" in message and "CRASH" not in message
+
+
+def test_an_action_rarely_legal_or_merely_rare_is_not_dying():
+    monitor = HealthMonitor()
+    rarely_legal = [{**healthy(u), "actions/siphon_frac": 0.0, "legal/siphon_frac": 0.005} for u in range(60)]
+    # Taken on 0.2 % of the steps where it is legal: rare, but above 0.1 % of its chances.
+    rare = [{**healthy(u), "actions/program/CRASH": 1e-4, "legal/program/CRASH": 0.05} for u in range(60)]
+    assert kinds(monitor, rarely_legal) == [] and kinds(monitor, rare) == []
+
+
+def test_dying_count_restarts_when_the_action_comes_back():
+    monitor = HealthMonitor()
+    stream = [{**healthy(u), "actions/program/CRASH": 0.001 if u % 15 == 0 else 0.0} for u in range(60)]
+    assert kinds(monitor, stream) == []
+
+
+# --- what the learner feeds the dying-action check ------------------------------------
+
+
+def tiny_config():
+    return resolve(TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8, hidden_dim=8,
+                               max_episode_steps=5, updates_per_call=1, precision="f32"), "cpu", 1)
+
+
+def test_rollout_sums_the_masks_actions_were_sampled_under():
+    learner = Learner(env=probe_suite(), config=tiny_config())
+    params = learner.init_params(jax.random.key(0))
+    _, trajectory, stats = eqx.filter_jit(learner.rollout)(params, learner.init_envs(), jax.random.key(1))
+    assert stats.legal.dtype == jnp.float32 and stats.legal.shape == (learner.env.num_actions,)
+    np.testing.assert_array_equal(np.asarray(stats.legal), np.asarray(trajectory.mask).sum(axis=(0, 1)))
+    assert not np.all(np.asarray(trajectory.mask)), "the probes have illegal actions"
+
+
+def test_legal_shares_reach_the_health_check_by_name():
+    """`legal/<kind>` mirrors `actions/<kind>`, so the monitor pairs them (no game is run)."""
+    learner = Learner(env=HackMatrixEnv(), config=tiny_config())
+    steps = learner.config.steps_per_call
+    legal = jnp.zeros((C.NUM_ACTIONS,)).at[C.ACTION_SIPHON].set(0.5 * steps).at[:4].set(steps)
+    actions = jnp.zeros((C.NUM_ACTIONS,)).at[0].set(steps)       # always up, never a siphon
+    zero, zero_f = jnp.int32(0), jnp.float32(0)
+    stats = StepStats(episodes=zero, episode_return=zero_f, episode_length=zero_f, episode_stage=zero_f,
+                      max_stage=zero, wins=zero, reward_terms=jnp.zeros((len(C.REWARD_TERMS),)),
+                      actions=actions, legal=legal)
+    per_update = jax.tree.map(lambda x: x[None], stats)   # as the update scan stacks them
+    metrics = {name: float(value) for name, value in learner._episode_metrics(per_update).items()}
+    assert metrics["legal/siphon_frac"] == 0.5 and metrics["legal/move_frac"] == 4.0
+    assert {f"legal/program/{name}" for name in C.PROGRAM_NAMES} <= metrics.keys()
+    monitor = HealthMonitor(HealthThresholds(dying_updates=3))
+    found = [w for _ in range(3) for w in monitor.check({**metrics, "episode/count": 0.0})]
+    assert [w.kind for w in found] == ["action_dies_out"] and "siphon_frac" in found[0].message

@@ -21,11 +21,12 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float32, PRNGKeyArray, PyTree
 from tap import Tap
 
 import hm.game as game
 from bench import common
+from hm.train.distributions import sample_legal
 
 
 class Args(Tap):
@@ -45,24 +46,6 @@ class Games(eqx.Module):
     checksum: Float32[Array, ""]  # running sum of observations and rewards
 
 
-def sample_legal_action(mask: Bool[Array, " actions"], u: Float32[Array, ""]) -> Int32[Array, ""]:
-    """A uniformly random legal action, by inverse CDF over the mask.
-
-    One uniform per game instead of `jax.random.categorical`'s one Gumbel per action:
-    the same distribution for about a quarter of the time (0.87 vs 3.8 ms per step for
-    2048 games on a 2-core CPU). With no legal action it returns action 0.
-
-    Args:
-        mask: which actions are legal.
-        u: a uniform sample in [0, 1).
-    """
-    legal_up_to = jnp.cumsum(mask, dtype=jnp.int32)  # legal actions among 0..i
-    count = legal_up_to[-1]
-    # Pick the legal action of rank `target`: the first i with legal_up_to[i] > target.
-    target = jnp.minimum(jnp.floor(u * count.astype(jnp.float32)).astype(jnp.int32), count - 1)
-    return jnp.minimum(jnp.sum(legal_up_to <= target, dtype=jnp.int32), mask.shape[0] - 1)
-
-
 def replace_finished(done: Bool[Array, ""], stepped: PyTree, fresh: PyTree) -> PyTree:
     """`fresh` where the game is done, else `stepped` (both pytrees of one structure)."""
     return jax.tree.map(lambda new, old: jnp.where(done, new, old), fresh, stepped)
@@ -76,7 +59,7 @@ def play_step(games: Games, fresh: PyTree) -> Games:
         fresh: (state, observation) of this slot's pool game.
     """
     key, action_key, step_key = jax.random.split(games.key, 3)
-    action = sample_legal_action(game.legal_actions(games.state), jax.random.uniform(action_key))
+    action = sample_legal(game.legal_actions(games.state), jax.random.uniform(action_key))
     state, obs, reward, done, _ = game.step(games.state, action, step_key)
     state = game.restart(done, state, fresh[0])
     obs = replace_finished(done, obs, fresh[1])

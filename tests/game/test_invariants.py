@@ -14,6 +14,7 @@ import pytest
 import hm.game as game
 from hm.game import constants as C
 from hm.game import scenario
+from hm.train import distributions
 
 GAMES = 256
 STEPS = 400          # 102,400 steps
@@ -21,11 +22,8 @@ SAMPLE_EVERY = 40    # keep the states of every 40th step: 10 x 256 states
 
 
 def _sample_actions(key, mask):
-    """One uniform legal action per game (inverse CDF over the mask)."""
-    u = jax.random.uniform(key, (mask.shape[0], 1))
-    cdf = jnp.cumsum(mask, axis=1, dtype=jnp.int32).astype(jnp.float32)
-    cdf = cdf / cdf[:, -1:]
-    return jnp.argmax(cdf > u, axis=1).astype(jnp.int32)
+    """One uniformly random legal action per game."""
+    return distributions.sample_legal(mask, jax.random.uniform(key, mask.shape[:1]))
 
 
 def _violations(before, state, reward, done, info, mask, action):
@@ -83,7 +81,7 @@ def rollout():
             obs_ok = jnp.all(obs.flat() == jax.vmap(lambda s: game.observe(s).flat())(new), axis=1)
             bad["observe_matches_step"] = (~obs_ok).astype(jnp.int32)
             # Auto-reset from a pool; refresh the used pool entries.
-            replace = lambda a, b: jnp.where(done.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+            replace = lambda a, b: jnp.where(done.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
             state = jax.tree.map(replace, fresh, new)
             refill, _ = reset(jax.random.split(k_reset, GAMES))
             fresh = jax.tree.map(replace, refill, fresh)

@@ -1,9 +1,11 @@
 """The masked categorical: exact zeros, legal-only entropy, exact inverse-CDF sampling."""
 
+import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
 
 from hm.train import distributions
 
@@ -95,3 +97,41 @@ def test_sampling_frequencies_match_probabilities(row):
     # binomial 5-sigma bounds
     sigma = np.sqrt(n * p * (1 - p))
     assert np.all(np.abs(counts - n * p) <= 5 * sigma + 1)
+
+
+# --------------------------------------------------------------------------- sample_legal
+
+NUM_ACTIONS = 28
+sample_legal = jax.jit(distributions.sample_legal)
+legal_masks = st.lists(st.booleans(), min_size=NUM_ACTIONS, max_size=NUM_ACTIONS).filter(any)
+
+
+@given(mask=legal_masks, u=st.floats(0.0, 1.0, exclude_max=True, width=32))
+def test_sample_legal_draws_a_legal_action(mask, u):
+    action = sample_legal(jnp.array(mask), jnp.float32(u))
+    assert action.dtype == jnp.int32 and action.shape == ()
+    assert mask[int(action)]
+
+
+@given(mask=legal_masks)
+def test_sample_legal_gives_each_legal_action_an_equal_share_of_the_unit_interval(mask):
+    # Inverse CDF: the k-th legal action for u in [k/n, (k+1)/n), so the draw is uniform.
+    legal = np.flatnonzero(mask)
+    n = len(legal)
+    u = jnp.array([(k + 0.5) / n for k in range(n)] + [0.0, np.nextafter(1.0, 0.0)], jnp.float32)
+    actions = jax.vmap(sample_legal, in_axes=(None, 0))(jnp.array(mask), u)
+    np.testing.assert_array_equal(actions, np.concatenate([legal, legal[[0, -1]]]))
+
+
+def test_sample_legal_is_sample_with_equal_logits():
+    u = jax.random.uniform(jax.random.key(5), (3, 4096))
+    mask = jnp.broadcast_to(MASK[:, None], (3, 4096, 5))
+    equal = distributions.sample(jnp.zeros((3, 4096, 5)), mask, u)
+    legal = distributions.sample_legal(mask, u)
+    # the two CDFs differ only by float rounding at the interval boundaries
+    assert float(jnp.mean(equal != legal)) < 1e-3
+
+
+def test_sample_legal_with_no_legal_action_draws_from_all():
+    u = jnp.array([0.0, 0.5, np.nextafter(1.0, 0.0)], jnp.float32)
+    np.testing.assert_array_equal(sample_legal(jnp.zeros((3, 5), bool), u), [0, 2, 4])

@@ -111,10 +111,11 @@ def _shaped(flat: np.ndarray, observation_mode: str) -> np.ndarray | dict[str, n
     """The flat observation(s) `[..., 1545]` as the space wants them.
 
     On the host, so that both modes share one compiled program. The split is the one of
-    `hm.game.Observation` (player, programs, grid); tests check the two agree.
+    `hm.game.Observation` (player, programs, grid); tests check the two agree. The arrays
+    returned are new (the caller's to keep and write), never views of `flat`.
     """
     if observation_mode == "flat":
-        return flat
+        return np.array(flat)
     batch = flat.shape[:-1]
     return {"player": flat[..., :C.PLAYER_FEATURES].copy(),
             "programs": flat[..., C.PLAYER_FEATURES:_HEAD].astype(np.int8),
@@ -367,18 +368,23 @@ class HackMatrixVectorEnv(gymnasium.vector.VectorEnv):
         actions = _check_actions(actions, (self.num_envs,))
         self._states, self._key, obs, reward, done, info = _step_many(
             self._env, self._params, self._states, self._key, jnp.asarray(actions))
-        obs, reward, done, info = _to_numpy((obs, reward, done, info))
-        obs = _shaped(obs, self.observation_mode)
-        final_obs = _shaped(info.pop("final_observation"), self.observation_mode)
-        terminated, truncated = info.pop("terminated"), info.pop("truncated")
-        self._masks = info.pop("action_mask")
+        # On CPU these are views of JAX's buffers; what is returned is copied from them
+        # below, and of the final observations only the rows of finished games.
+        obs, reward, done, info = jax.device_get((obs, reward, done, info))
+        final = info.pop("final_observation")
+        terminated, truncated = np.array(info.pop("terminated")), np.array(info.pop("truncated"))
+        self._masks = np.array(info.pop("action_mask"))
         out = {"action_mask": self._masks.copy(), "_action_mask": np.ones(self.num_envs, bool)}
         _add_masked(out, info, ~done)
         if done.any():
+            final_obs = np.zeros(final.shape, final.dtype)   # untouched rows cost no memory traffic
+            final_obs[done] = final[done]
+            if self.observation_mode != "flat":
+                final_obs = _shaped(final_obs, self.observation_mode)
             out["final_obs"], out["_final_obs"] = final_obs, done.copy()
             out["final_info"] = _add_masked({}, info, done)
             out["_final_info"] = done.copy()
-        return obs, reward.astype(np.float64), terminated, truncated, out
+        return _shaped(obs, self.observation_mode), np.array(reward, np.float64), terminated, truncated, out
 
     def action_masks(self) -> np.ndarray:
         """Legal actions of every game's current state, bool[num_envs, 28]."""

@@ -191,6 +191,7 @@ def test_vector_rollout_autoresets_in_the_same_step():
         np.testing.assert_array_equal(masks, envs.action_masks())
         obs, reward, terminated, truncated, info = stats.step(legal_random_actions(rng, masks))
         assert reward.shape == (num_envs,) and terminated.dtype == np.bool_ and truncated.dtype == np.bool_
+        assert obs.flags.writeable and info["action_mask"].flags.writeable     # the caller's own arrays
         done = terminated | truncated
         assert not (terminated & truncated).any()
         np.testing.assert_array_equal(info["_won"], ~done)

@@ -24,7 +24,8 @@ player's key and the environment's key: a player never sees the key its step wil
 Python API (for benchmarks and scripts, on a network in memory):
 
     report = evaluate(network_or_player, num_episodes=256, seed=0, max_steps=1000)
-    report.highest_stage_mean, report.to_json()
+    report.summary()     # the headline figures: return, highest_stage, siphon_share, ...
+    report.to_json()     # one agent's report below
 
 `--json` writes, at `schema_version` 2 (a test pins every key):
 
@@ -82,6 +83,7 @@ from hm.tools.players import AbstractPlayer, GreedyPlayer, NetworkPlayer, random
 from hm.tools.policy import PolicyError, load
 from hm.train.config import TrainConfig
 from hm.train.network import Network
+from hm.train.precision import DTYPES
 
 SCHEMA_VERSION = 2
 CHUNK = 128                 # steps per compiled call; the host checks for the end between calls
@@ -290,49 +292,44 @@ def summarise(results: Results) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-    """One player's evaluation: the per-episode results and their summary (`to_json`)."""
+    """One player's evaluation: the per-episode results and their figures (`summarise`)."""
 
     player: str
     seed: int
     max_steps: int
     results: Results
-    summary: dict[str, Any]
+    figures: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        """The summary, JSON-able (one agent's report in the `--json` schema)."""
-        return self.summary
+        """Every figure, JSON-able: one agent's report in the `--json` schema."""
+        return self.figures
+
+    def summary(self) -> dict[str, float]:
+        """The headline figures: mean return, mean highest stage, the shares of episodes
+        that siphoned and that ran a program, the win rate."""
+        f = self.figures
+        return {"return": f["return_mean"], "highest_stage": f["highest_stage_mean"],
+                "siphon_share": f["siphon_episode_rate"], "program_share": f["program_episode_rate"],
+                "win_rate": f["win_rate"]}
 
     @property
     def highest_stage_mean(self) -> float:
-        return self.summary["highest_stage_mean"]
-
-    @property
-    def return_mean(self) -> float:
-        return self.summary["return_mean"]
-
-    @property
-    def win_rate(self) -> float:
-        return self.summary["win_rate"]
-
-    @property
-    def siphon_episode_rate(self) -> float:
-        return self.summary["siphon_episode_rate"]
-
-    @property
-    def program_episode_rate(self) -> float:
-        return self.summary["program_episode_rate"]
+        return self.figures["highest_stage_mean"]
 
 
 def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
-                like: Network | None = None) -> AbstractPlayer:
+                like: Network | None = None, precision: str = "f32") -> AbstractPlayer:
     """A player from a network, a player, or a baseline's name ("random", "greedy").
 
-    `like` gives the random baseline its network shape (so it shares that program).
+    `greedy` and `precision` apply to a network; `like` gives the random baseline its
+    network shape (so it shares that program).
     """
     if isinstance(player, AbstractPlayer):
         return player
     if isinstance(player, Network):
-        return NetworkPlayer(network=player, greedy=jnp.asarray(greedy))
+        if precision not in DTYPES:
+            raise ValueError(f"precision must be one of {tuple(DTYPES)}; got {precision!r}")
+        return NetworkPlayer(network=player, greedy=jnp.asarray(greedy), precision=precision)
     if player == "random":
         return random_player(like)
     if player == "greedy":
@@ -341,7 +338,7 @@ def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
 
 
 def evaluate(player: AbstractPlayer | Network | str, num_episodes: int = DEFAULT_EPISODES, seed: int = 0,
-             max_steps: int = DEFAULT_MAX_STEPS, greedy: bool = False) -> Report:
+             max_steps: int = DEFAULT_MAX_STEPS, greedy: bool = False, precision: str = "f32") -> Report:
     """Evaluate a network in memory, a player, or a baseline by name ("random", "greedy").
 
     Args:
@@ -350,12 +347,14 @@ def evaluate(player: AbstractPlayer | Network | str, num_episodes: int = DEFAULT
         seed: the evaluation seed (games disjoint from training's; see the module docstring).
         max_steps: steps per game; a game still running then is truncated.
         greedy: with a network, play its likeliest action instead of sampling.
+        precision: with a network, its compute precision ("f32"; "bf16" acts as a run
+            trained in bf16 does).
     """
     if num_episodes < 1 or max_steps < 1:
         raise ValueError(f"num_episodes and max_steps must be >= 1; got {num_episodes}, {max_steps}")
     name = player if isinstance(player, str) else type(player).__name__
-    results = run_episodes(make_player(player, greedy), num_episodes, max_steps, seed)
-    return Report(player=name, seed=seed, max_steps=max_steps, results=results, summary=summarise(results))
+    results = run_episodes(make_player(player, greedy, precision=precision), num_episodes, max_steps, seed)
+    return Report(player=name, seed=seed, max_steps=max_steps, results=results, figures=summarise(results))
 
 
 def format_reports(reports: dict[str, dict[str, Any]]) -> str:

@@ -50,10 +50,12 @@ class NetworkPlayer(AbstractPlayer):
 
     network: Network
     greedy: Bool[Array, ""]      # an array, so sampling and greedy play share one program
+    precision: str = eqx.field(static=True, default="f32")   # compute precision (hm.train.precision)
 
     def choose(self, states, obs, mask, key):
         del states
-        action, _, _ = act(self.network, obs, mask, jax.random.uniform(key, obs.shape[:1]), self.greedy)
+        action, _, _ = act(self.network, obs, mask, jax.random.uniform(key, obs.shape[:1]), self.greedy,
+                           self.precision)
         return action
 
 

@@ -172,6 +172,7 @@ def act(
     mask: Bool[Array, "batch actions"],
     uniform: Float[Array, " batch"],
     greedy: Bool[Array, ""],
+    precision: str = "f32",
 ) -> tuple[Int32[Array, " batch"], Float[Array, "batch actions"], Float[Array, " batch"]]:
     """Choose one legal action per row, as the learner samples them, or the likeliest.
 
@@ -182,11 +183,13 @@ def act(
         uniform: one draw in [0, 1) per row, for sampling by inverse CDF.
         greedy: take the most probable legal action instead of sampling (an array, so
             both choices share one compiled program).
+        precision: the network's compute precision ("f32", or "bf16" to act as a run
+            trained in bf16 does).
 
     Returns:
         The actions, every action's probability (0 for illegal ones) and the value estimates.
     """
-    logits, value = evaluate(network, obs, "f32")
+    logits, value = evaluate(network, obs, precision)
     sampled = distributions.sample(logits, mask, uniform)
     likeliest = jnp.argmax(distributions.log_probs(logits, mask), axis=-1).astype(jnp.int32)
     action = jnp.where(greedy, likeliest, sampled)

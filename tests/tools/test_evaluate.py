@@ -189,6 +189,11 @@ def test_evaluate_api_on_a_network_in_memory():
     assert set(report.to_json()) == AGENT_KEYS
     json.dumps(report.to_json())
     assert report.highest_stage_mean == pytest.approx(float(report.results.stage.mean()))
+    summary = report.summary()
+    assert summary == {"return": report.to_json()["return_mean"], "highest_stage": report.highest_stage_mean,
+                       "siphon_share": float((report.results.siphons > 0).mean()),
+                       "program_share": float((report.results.program_runs.sum(axis=1) > 0).mean()),
+                       "win_rate": float(report.results.won.mean())}
     assert report.results.program_runs.shape == (EPISODES, C.NUM_PROGRAMS)
     assert report.results.death_cause.dtype == np.int32
     np.testing.assert_array_equal(report.results.death_cause >= 0, report.results.died)
@@ -211,3 +216,5 @@ def test_unknown_players_are_refused():
         evaluate.make_player("best")
     with pytest.raises(ValueError, match="num_episodes and max_steps must be >= 1"):
         evaluate.evaluate("random", num_episodes=0)
+    with pytest.raises(ValueError, match="precision must be one of .'f32', 'bf16'.; got 'f16'"):
+        evaluate.make_player(policy.uniform_network(), precision="f16")

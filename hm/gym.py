@@ -57,6 +57,8 @@ _NO_CAP = np.iinfo(np.int32).max
 
 # --- observation spaces ------------------------------------------------------------------
 
+_HEAD = C.PLAYER_FEATURES + C.NUM_PROGRAMS     # player vector, then programs; the grid after
+
 def _observation_high() -> np.ndarray:
     """The largest value each feature of the flat observation can take (§15).
 
@@ -102,9 +104,6 @@ def _check_observation_mode(observation_mode: str) -> None:
 def _check_render_mode(render_mode: str | None) -> None:
     if render_mode is not None and render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be None or one of {RENDER_MODES}, got {render_mode!r}")
-
-
-_HEAD = C.PLAYER_FEATURES + C.NUM_PROGRAMS
 
 
 def _shaped(flat: np.ndarray, observation_mode: str) -> np.ndarray | dict[str, np.ndarray]:
@@ -267,7 +266,7 @@ class HackMatrixEnv(gymnasium.Env):
         action = _check_actions(action, ())
         self._key, obs, self._state, reward, done, info = _step_one(
             self._env, self._params, self._key, self._state, jnp.asarray(action))
-        obs, info = _to_numpy((obs, info))
+        obs, reward, done, info = _to_numpy((obs, reward, done, info))
         obs = _shaped(obs, self.observation_mode)
         del info["final_observation"]    # the same as obs: no auto-reset here
         terminated, truncated = bool(info.pop("terminated")), bool(info.pop("truncated"))

@@ -110,6 +110,16 @@ def test_illegal_action_ends_the_episode_with_reward_zero():
         env.step(0)
 
 
+def test_make_truncates_by_time_limit():
+    env = gymnasium.make(ENV_ID, max_episode_steps=3)
+    _, info = env.reset(seed=9)
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        _, _, terminated, truncated, info = env.step(legal_random_action(rng, info["action_mask"]))
+        assert not terminated        # this seed's game lasts past three legal moves
+    assert truncated and info["episode_length"] == 3
+
+
 @pytest.mark.parametrize("action", [-1, 28, 3.0])
 def test_an_action_outside_the_space_is_refused(action):
     env = hm.gym.HackMatrixEnv()

@@ -174,6 +174,21 @@ def test_make_vec_uses_the_vector_entry_point():
     assert envs.max_episode_steps == 1000
 
 
+def test_gymnasiums_own_sync_vector_env_runs_the_single_env():
+    # vectorization_mode="sync": Gymnasium's SyncVectorEnv of HackMatrixEnv (next-step
+    # autoreset), e.g. for users who want Python-side wrappers on each game.
+    envs = gymnasium.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync")
+    assert isinstance(envs, gymnasium.vector.SyncVectorEnv)
+    obs, info = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        obs, reward, terminated, truncated, info = envs.step(legal_random_actions(rng, info["action_mask"]))
+        assert obs.shape == (2, 1545) and info["action_mask"].shape == (2, 28)
+        # a finished game's mask is empty until the next step resets it (next-step autoreset)
+        assert not info["action_mask"][terminated | truncated].any()
+        info["action_mask"][terminated | truncated] = True     # the action sent there is ignored
+
+
 def test_vector_reset_is_reproducible():
     a = gymnasium.make_vec(ENV_ID, num_envs=NUM_ENVS)
     b = gymnasium.make_vec(ENV_ID, num_envs=NUM_ENVS)

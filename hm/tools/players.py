@@ -79,12 +79,14 @@ class GreedyPlayer(AbstractPlayer):
             − `threat_weight` × enemies next to the player that can act next turn.
 
     The reward already pays for approaching the exit, siphoning, picking up, killing,
-    and charges for damage and death, so a pure one-step player (both weights 0) mostly
-    dithers once no action pays: the exit distance makes it head for the exit through
-    those ties (it breaks them, it does not outweigh any reward: 0.01 per cell against
-    0.05 for a step closer), and the threat term makes it step away from, or attack, the
-    enemies that would hit it on the next enemy phase, which the one simulated phase
-    does not yet show.
+    and charges for damage and death, but a pure one-step player (both weights 0) picks
+    at random among the actions that pay nothing (when a block or an enemy is in the way
+    of the exit, say). The exit distance makes it head for the exit through those ties
+    (0.01 per cell, a fifth of what the reward pays for a step closer), and the threat
+    term makes it step away from, or attack, the enemies that would hit it on the next
+    enemy phase, which the one simulated phase does not yet show. On 256 games
+    (docs/evaluation.md) the pure one-step player reaches a mean highest stage of 2.60,
+    this one 3.55, uniform random play 1.21.
 
     Randomness: the simulated steps draw their enemy phase (activation order, new
     transmissions) and program effects from the player's own key, never from the key

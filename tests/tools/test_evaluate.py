@@ -8,6 +8,7 @@ the greedy baseline, at 8 episodes.
 """
 
 import json
+import logging
 
 import equinox as eqx
 import jax
@@ -197,6 +198,18 @@ def test_evaluate_api_on_a_network_in_memory():
     assert report.results.program_runs.shape == (EPISODES, C.NUM_PROGRAMS)
     assert report.results.death_cause.dtype == np.int32
     np.testing.assert_array_equal(report.results.death_cause >= 0, report.results.died)
+
+
+def test_one_program_per_kind_of_player(caplog):
+    """Another network of the same shape, or other weights, reuse the compiled evaluation."""
+    evaluate.evaluate("random", num_episodes=EPISODES, seed=5, max_steps=MAX_STEPS)      # compiled (or cached)
+    network = Network(C.OBS_FLAT_SIZE, C.NUM_ACTIONS, policy.BASELINE_ARCHITECTURE.hidden_dim,
+                      policy.BASELINE_ARCHITECTURE.num_layers, key=jax.random.key(4))
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+        for greedy in (False, True):
+            evaluate.evaluate(network, num_episodes=EPISODES, seed=6, max_steps=MAX_STEPS, greedy=greedy)
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling ")]
+    assert not [m for m in compiled if "_play_chunk" in m], compiled
 
 
 def test_every_player_gets_the_same_games_and_not_trainings():

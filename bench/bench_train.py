@@ -9,6 +9,11 @@ the ratio game/null says how much of the time the game costs (issue 3 asks >= 85
     python -m bench.bench_train                      # 2048 envs, auto-scaled, game and null
     python -m bench.bench_train --env game --repeats 2 --out bench/results/train.jsonl
     python -m bench.bench_train --compile-cache /tmp/cache   # run twice: warm-cache start
+    python -m bench.bench_train --env game --network mlp conv   # networks side by side
+
+Each result also reports the network's floating-point operations per sample (forward,
+and forward + parameter gradient, as XLA counts them) and per env step of PPO (one
+forward in the rollout, then forward + backward once per epoch).
 
 Compile time is measured with the persistent compilation cache off, unless
 `--compile-cache DIR` is given: then a second run measures a restart with a warm cache.
@@ -30,6 +35,8 @@ class Args(Tap):
     updates_per_call: int | None = None  # updates fused per call (default: auto)
     precision: str = "auto"  # auto | f32 | bf16
     env: Literal["both", "game", "null"] = "both"  # which environment(s) to train on
+    network: list[Literal["mlp", "conv"]] = ["mlp"]  # network kind(s); several are timed interleaved
+    critic: Literal["shared", "separate"] = "shared"  # the value head's trunk
     repeats: int = 3  # timed calls after the first; the median is reported
     devices: int = 1  # devices to shard over (on CPU: forced host devices)
     seed: int = 0  # PRNG seed
@@ -37,8 +44,8 @@ class Args(Tap):
     out: pathlib.Path | None = None  # append results as JSON lines to this file
 
 
-def prepare(args: Args, env_name: str) -> dict[str, Any]:
-    """The fused training call on `env_name`, its first carry and its settings."""
+def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
+    """The fused training call on `env_name` with `network`, its first carry and its settings."""
     from hm.train import (
         HackMatrixEnv,
         NullEnv,
@@ -49,11 +56,12 @@ def prepare(args: Args, env_name: str) -> dict[str, Any]:
         resolve,
         validate,
     )
+    from hm.train.network import flops_per_sample
 
     config = TrainConfig(num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=args.num_envs * args.num_steps * 1000,
                          updates_per_call=args.updates_per_call, precision=args.precision,
-                         seed=args.seed, devices=args.devices)
+                         seed=args.seed, devices=args.devices, network=network, critic=args.critic)
     validate(config, jax.device_count())
     resolved = resolve(config, jax.default_backend(), jax.device_count())
     env = HackMatrixEnv() if env_name == "game" else NullEnv()
@@ -61,7 +69,7 @@ def prepare(args: Args, env_name: str) -> dict[str, Any]:
 
     start = time.perf_counter()
     state = jax.block_until_ready(init(resolved, env=env, mesh=mesh))
-    print(f"  init on {env_name} (first games, parameters) {time.perf_counter() - start:.1f} s")
+    print(f"  init on {env_name} with {network} (first games, parameters) {time.perf_counter() - start:.1f} s")
     train = make_train_fn(resolved, env, mesh)
     # time_calls feeds each call's output to the next: carry the metrics along
     metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(train, state)[1])
@@ -69,8 +77,14 @@ def prepare(args: Args, env_name: str) -> dict[str, Any]:
                 "env": env_name, "precision": resolved.precision,
                 "updates_per_call": resolved.updates_per_call,
                 "minibatches": resolved.num_minibatches, "epochs": resolved.update_epochs}
+    # Only a non-default network is named, so the default's results stay comparable
+    # (bench/compare.py) with those of commits from before there was a choice.
+    if (network, args.critic) != ("mlp", "shared"):
+        settings.update(network=network, critic=args.critic)
+    flops = flops_per_sample(jax.device_get(state.params))
+    flops["ppo_per_env_step"] = flops["forward"] + resolved.update_epochs * flops["forward_backward"]
     return {"step": jax.jit(lambda carry: train(carry[0]), donate_argnums=0),
-            "carry": (state, metrics), "settings": settings,
+            "carry": (state, metrics), "settings": settings, "flops": flops,
             "steps_per_call": resolved.steps_per_call}
 
 
@@ -82,14 +96,20 @@ def main(args: Args) -> list[dict[str, Any]]:
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     envs = ["game", "null"] if args.env == "both" else [args.env]
-    runs = [prepare(args, name) for name in envs]
-    # Timed calls alternate between the environments: this VM's speed drifts by tens of
-    # percent over minutes, and the game/null ratio is only meaningful measured together.
+    runs = [prepare(args, name, network) for name in envs for network in args.network]
+    # Timed calls alternate between the runs: this VM's speed drifts by tens of percent
+    # over minutes, and the game/null (or network/network) ratio is only meaningful
+    # measured together.
     timed = common.time_calls_interleaved([r["step"] for r in runs], [r["carry"] for r in runs],
                                           args.repeats)
-    results = [common.record("train", r["settings"], timing, r["steps_per_call"], args.out)
-               for r, (timing, _) in zip(runs, timed)]
-    if len(results) == 2:
+    results = []
+    for r, (timing, _) in zip(runs, timed):
+        result = common.record("train", r["settings"], timing, r["steps_per_call"], None)
+        flops = {f"flops_{name}": value for name, value in r["flops"].items()}
+        print("  FLOPs per sample: forward {flops_forward:,.0f}, forward+backward {flops_forward_backward:,.0f}; "
+              "per PPO env step {flops_ppo_per_env_step:,.0f}".format(**flops))
+        results.append(common.record_line("train", r["settings"], {**result["metrics"], **flops}, args.out))
+    if args.env == "both" and len(args.network) == 1:
         ratio = results[0]["metrics"]["steps_per_s"] / results[1]["metrics"]["steps_per_s"]
         print(f"game / null throughput: {ratio:.1%} (timed calls interleaved)")
     return results

@@ -37,6 +37,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from hm.game import constants as C
@@ -67,16 +68,23 @@ class Linear(eqx.Module):
         return y + jnp.broadcast_to(self.bias, y.shape)  # explicit: rank promotion is an error in tests
 
 
-def _neighbourhoods(cells: Float[Array, "rows cols channels"]) -> Float[Array, "rows cols nine_channels"]:
-    """Every cell's 3x3 neighbourhood, zero-padded at the edges, as one row of 9 x channels.
+class Conv3x3(eqx.Module):
+    """A 3x3 convolution over the board, zero-padded to keep its 6x6 size."""
 
-    A 3x3 convolution is then one matmul with a [9 x channels, out] weight: on CPU that
-    runs at matmul speed, and the nine shifted slices are cheap copies of a 6x6 board.
-    """
-    rows, cols, _ = cells.shape
-    padded = jnp.pad(cells, ((1, 1), (1, 1), (0, 0)))
-    shifted = [padded[dr:dr + rows, dc:dc + cols] for dr in range(3) for dc in range(3)]
-    return jnp.concatenate(shifted, axis=-1)
+    weight: Float[Array, "3 3 fan_in fan_out"]
+    bias: Float[Array, " fan_out"]
+
+    def __init__(self, fan_in: int, fan_out: int, gain: float, *, key: PRNGKeyArray):
+        # orthogonal over the flattened 3 x 3 x fan_in inputs, as for a dense layer
+        self.weight = jax.nn.initializers.orthogonal(scale=gain)(key, (3, 3, fan_in, fan_out), jnp.float32)
+        self.bias = jnp.zeros((fan_out,), jnp.float32)
+
+    def __call__(self, x: Float[Array, "rows cols fan_in"]) -> Float[Array, "rows cols fan_out"]:
+        # `lax.conv` rather than a matmul over gathered neighbourhoods: on CPU the nine
+        # shifted copies cost more than the convolution (forward 2x slower, measured).
+        y = lax.conv_general_dilated(x[None], self.weight, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))[0]
+        return y + jnp.broadcast_to(self.bias, y.shape)
 
 
 class GridEncoder(eqx.Module):
@@ -87,12 +95,12 @@ class GridEncoder(eqx.Module):
     """
 
     embed: Linear   # 1x1 convolution: GRID_PLANES -> CELL_CHANNELS
-    conv: Linear    # 3x3 convolution as a matmul: 9 * CELL_CHANNELS -> CELL_CHANNELS
+    conv: Conv3x3   # CELL_CHANNELS -> CELL_CHANNELS
 
     def __init__(self, *, key: PRNGKeyArray):
         embed_key, conv_key = jax.random.split(key)
         self.embed = Linear(GRID_PLANES, CELL_CHANNELS, math.sqrt(2.0), key=embed_key)
-        self.conv = Linear(9 * CELL_CHANNELS, CELL_CHANNELS, math.sqrt(2.0), key=conv_key)
+        self.conv = Conv3x3(CELL_CHANNELS, CELL_CHANNELS, math.sqrt(2.0), key=conv_key)
 
     @staticmethod
     def out_size() -> int:
@@ -108,7 +116,7 @@ class GridEncoder(eqx.Module):
         planes = jnp.concatenate(
             [grid, player[..., None].astype(obs.dtype), jnp.ones((C.ROWS, C.COLS, 1), obs.dtype)], axis=-1)
         cells = jnp.tanh(self.embed(planes))
-        cells = jnp.tanh(self.conv(_neighbourhoods(cells)))
+        cells = jnp.tanh(self.conv(cells))
         return jnp.concatenate([cells.reshape(-1), head])
 
 

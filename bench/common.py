@@ -139,6 +139,22 @@ def record(
         "steps_per_s": steps / timing.median_s,
         **dataclasses.asdict(timing),
     }
+    settings = " ".join(f"{key}={value}" for key, value in config.items())
+    print(
+        f"{name} [{settings}] on {jax.default_backend()}: "
+        f"{metrics['steps_per_s']:,.0f} steps/s, compile {timing.compile_s:.1f} s, "
+        f"first call {timing.first_call_s:.2f} s, median call {timing.median_s:.3f} s, "
+        f"peak RSS {timing.peak_rss_mb:,.0f} MiB"
+    )
+    return record_line(name, config, metrics, out)
+
+
+def record_line(name: str, config: dict[str, Any], metrics: dict[str, Any], out: pathlib.Path | None) -> dict[str, Any]:
+    """Append one result (any metrics) to `out` as a JSON line, with the machine and commit.
+
+    Returns:
+        The result as written (also when `out` is None and nothing is written).
+    """
     result = {
         "name": name,
         "config": config,
@@ -149,13 +165,6 @@ def record(
         "commit": _git_commit(),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    settings = " ".join(f"{key}={value}" for key, value in config.items())
-    print(
-        f"{name} [{settings}] on {result['backend']}: "
-        f"{metrics['steps_per_s']:,.0f} steps/s, compile {timing.compile_s:.1f} s, "
-        f"first call {timing.first_call_s:.2f} s, median call {timing.median_s:.3f} s, "
-        f"peak RSS {timing.peak_rss_mb:,.0f} MiB"
-    )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("a") as results:

@@ -1,0 +1,204 @@
+"""Learning benchmark: does a training config produce agents that play well?
+
+It trains one configuration for a fixed env-step budget over `--num-seeds` seeds
+(`--seed`, `--seed + 1`, ...), stops each run at its start and at `--eval-points` evenly spaced points
+(the last at the end), and evaluates the policy of that moment on held-out games with
+`hm.tools.evaluate` — ordinary games from stage 1, drawn from the evaluation seed
+family, which training never uses. The scripted baselines (uniform random and greedy)
+are evaluated once on the same games, so every number has a reference.
+
+    python -m bench.bench_learning --total-timesteps 20000000            # defaults, 3 seeds
+    python -m bench.bench_learning --total-timesteps 5000000 --lr 3e-4 --label lr3e-4 \
+        --out bench/results/learning.jsonl --plot docs/learning/lr3e-4.png
+
+Every `bin/train` flag is accepted and means what it means there. Each evaluation is
+one JSON line in `--out` (the format of the other benchmarks: `name`, `config`,
+`metrics`, ...), with the env steps and the training wall-clock seconds at which it was
+taken, so configurations can be compared per env step and per second. The plot shows
+evaluation return and mean highest stage against env steps, one line per seed, with
+the baselines as dashed lines; the summary table (printed at the end) is what
+`docs/learning.md` quotes.
+"""
+
+import dataclasses
+import io
+import math
+import pathlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from bench import common
+from hm.train.cli import TrainArgs
+
+# What a line of the summary (and the plot) shows, from an evaluation report's summary.
+HEADLINE = ("return", "highest_stage", "siphon_share", "program_share", "win_rate")
+
+
+class LearningArgs(TrainArgs):
+    """Train one config over several seeds and evaluate it along the way (see the module doc).
+    Every bin/train flag applies to each seed's run."""
+
+    num_seeds: int = 3  # Seeds to train (seed, seed+1, ...), one run each.
+    eval_points: int = 5  # Evaluations per run, evenly spaced in env steps (the last at the end).
+    eval_episodes: int = 256  # Held-out games per evaluation.
+    eval_seed: int = 0  # Which held-out games (hm.tools.evaluate's evaluation seed family).
+    label: str = "default"  # Name of this configuration in the results and the plot.
+    out: pathlib.Path | None = None  # Append one JSON line per evaluation to this file.
+    plot: pathlib.Path | None = None  # Write the PNG plot here.
+
+
+def _check(args: LearningArgs, parser: LearningArgs) -> None:
+    for name, low in (("num_seeds", 1), ("eval_points", 1), ("eval_episodes", 1)):
+        value = getattr(args, name)
+        if value < low:
+            parser.error(f"--{name.replace('_', '-')} must be an integer >= {low}; got {value}")
+    for name in ("out", "plot"):
+        path = getattr(args, name)
+        if path is not None and path.exists() and path.is_dir():
+            parser.error(f"--{name} {path} is a directory; give a file path")
+
+
+def eval_steps(total: int, batch: int, points: int) -> list[int]:
+    """The env-step counts at which to evaluate: `points` evenly spaced, the last at the end,
+    each rounded up to a whole number of updates (the run can stop only between calls)."""
+    updates = max(1, total // batch)
+    marks = sorted({max(1, -(-updates * (i + 1) // points)) for i in range(points)})
+    return [m * batch for m in marks]
+
+
+def aligned(config: Any, points: int) -> Any:
+    """`config` with `updates_per_call` dividing every evaluation point, so each evaluation
+    happens exactly at its point (the run can stop only between fused calls)."""
+    from hm.train.config import resolve
+
+    resolved = resolve(config, jax.default_backend(), jax.device_count())
+    marks = [m // resolved.batch_size for m in eval_steps(config.total_timesteps, resolved.batch_size, points)]
+    return dataclasses.replace(config, updates_per_call=math.gcd(resolved.updates_per_call, *marks))
+
+
+def evaluate_params(params: Any, args: LearningArgs, precision: str) -> dict[str, float]:
+    """Headline numbers of a network on the held-out games."""
+    from hm.tools import evaluate
+
+    report = evaluate.evaluate(params, num_episodes=args.eval_episodes, seed=args.eval_seed,
+                               max_steps=args.max_episode_steps, precision=precision)
+    return report.summary()
+
+
+def evaluate_baseline(name: str, args: LearningArgs) -> dict[str, float]:
+    from hm.tools import evaluate
+
+    report = evaluate.evaluate(name, num_episodes=args.eval_episodes, seed=args.eval_seed,
+                               max_steps=args.max_episode_steps)
+    return report.summary()
+
+
+def train_seed(args: LearningArgs, seed: int, runs_dir: pathlib.Path, record) -> list[dict[str, Any]]:
+    """One seed's run with its evaluations; `record(row)` is called after each evaluation."""
+    from hm.train.run import RunOptions, Trainer
+
+    config = aligned(dataclasses.replace(args.train_config(), seed=seed), args.eval_points)
+    options = RunOptions(runs_dir=runs_dir, run_name=f"{args.label}-seed{seed}", progress=False,
+                         save_interval=1 << 30, keep_checkpoints=1,
+                         compile_cache=pathlib.Path(args.compile_cache) if args.compile_cache else None)
+    trainer = Trainer(config, options, console=io.StringIO())
+    marks = eval_steps(config.total_timesteps, trainer.batch_size, args.eval_points)
+    rows, train_seconds = [], 0.0
+    try:
+        for mark in [0] + marks:
+            started = time.perf_counter()
+            while trainer.env_steps < mark and not trainer.done:
+                trainer.call()
+                if trainer.diverged:
+                    raise RuntimeError(f"seed {seed} diverged (NaN/inf) at {trainer.env_steps} env steps")
+            train_seconds += time.perf_counter() - started
+            summary = evaluate_params(jax.device_get(trainer.state.params), args, trainer.resolved.precision)
+            row = {"seed": seed, "env_steps": trainer.env_steps, "train_seconds": train_seconds,
+                   "compile_seconds": trainer.compile_seconds or 0.0, **summary}
+            rows.append(row)
+            record(row)
+            print(f"  {args.label} seed {seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
+                  + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE))
+        trainer.save()
+        trainer.export_policy()
+    finally:
+        trainer.close()
+    return rows
+
+
+def plot(path: pathlib.Path, label: str, rows: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> None:
+    """Evaluation return and mean highest stage against env steps, one line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for axis, metric, title in ((axes[0], "return", "evaluation return"),
+                                (axes[1], "highest_stage", "mean highest stage")):
+        for seed in sorted({r["seed"] for r in rows}):
+            mine = [r for r in rows if r["seed"] == seed]
+            axis.plot([r["env_steps"] / 1e6 for r in mine], [r[metric] for r in mine], marker="o",
+                      label=f"seed {seed}")
+        for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
+            axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
+        axis.set_xlabel("env steps (millions)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(f"bench_learning: {label}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def summary_table(label: str, rows: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> str:
+    """Markdown: the final evaluation of each seed, their mean, and the baselines."""
+    last = {}
+    for row in rows:
+        last[row["seed"]] = row
+    header = "| run | env steps | " + " | ".join(HEADLINE) + " |"
+    lines = [header, "|" + "---|" * (len(HEADLINE) + 2)]
+    for seed, row in sorted(last.items()):
+        lines.append(f"| {label} seed {seed} | {row['env_steps']:,} | "
+                     + " | ".join(f"{row[k]:.3f}" for k in HEADLINE) + " |")
+    if last:
+        mean = {k: sum(r[k] for r in last.values()) / len(last) for k in HEADLINE}
+        steps = max(r["env_steps"] for r in last.values())
+        lines.append(f"| **{label} mean** | {steps:,} | " + " | ".join(f"**{mean[k]:.3f}**" for k in HEADLINE) + " |")
+    for name, summary in sorted(baselines.items()):
+        lines.append(f"| {name} baseline | - | " + " | ".join(f"{summary[k]:.3f}" for k in HEADLINE) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    parser = LearningArgs(prog="python -m bench.bench_learning")
+    args = parser.parse_args(argv)
+    _check(args, parser)
+    runs_dir = pathlib.Path(args.runs_dir) / f"bench-learning-{time.strftime('%Y%m%d-%H%M%S')}"
+    config = {**{k: v for k, v in dataclasses.asdict(args.train_config()).items() if k != "seed"},
+              "label": args.label, "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}
+
+    def record(row: dict[str, Any]) -> None:
+        common.record_line("learning", config, row, args.out)
+
+    baselines = {name: evaluate_baseline(name, args) for name in ("random", "greedy")}
+    for name, summary in baselines.items():
+        record({"baseline": name, **summary})
+    rows = []
+    for i in range(args.num_seeds):
+        rows += train_seed(args, args.seed + i, runs_dir, record)
+    table = summary_table(args.label, rows, baselines)
+    print(table)
+    if args.plot is not None:
+        plot(args.plot, args.label, rows, baselines)
+        print(f"plot: {args.plot}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

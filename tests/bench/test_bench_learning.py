@@ -1,0 +1,65 @@
+"""bench_learning: evaluation points, alignment of fused calls with them, the summary and plot."""
+
+import json
+
+import pytest
+
+from bench import bench_learning, common
+from hm.train.config import TrainConfig
+
+
+@pytest.mark.parametrize("total, batch, points, expected", [
+    (12 * 1024, 1024, 3, [4096, 8192, 12288]),
+    (12 * 1024 + 500, 1024, 3, [4096, 8192, 12288]),   # the budget rounds down to whole updates
+    (2 * 1024, 1024, 5, [1024, 2048]),                 # more points than updates: no repeats
+    (1024, 1024, 1, [1024]),
+])
+def test_eval_steps_are_whole_updates_ending_at_the_budget(total, batch, points, expected):
+    assert bench_learning.eval_steps(total, batch, points) == expected
+
+
+def test_aligned_calls_stop_exactly_at_every_evaluation_point():
+    # 64 x 16 = 1024 steps a batch: auto fuses 64 updates a call, far past the points
+    config = TrainConfig(num_envs=64, num_steps=16, total_timesteps=12 * 1024)
+    aligned = bench_learning.aligned(config, 3)
+    marks = bench_learning.eval_steps(config.total_timesteps, 1024, 3)
+    assert all((mark // 1024) % aligned.updates_per_call == 0 for mark in marks)
+    assert aligned.updates_per_call == 4
+
+
+def _rows():
+    return [{"seed": seed, "env_steps": steps, "return": float(seed + steps / 1000), "highest_stage": 1.5,
+             "siphon_share": 0.5, "program_share": 0.25, "win_rate": 0.0}
+            for seed in (3, 4) for steps in (0, 1000, 2000)]
+
+
+def test_summary_table_takes_each_seeds_last_evaluation_and_their_mean():
+    baselines = {"greedy": {k: 1.0 for k in bench_learning.HEADLINE}}
+    table = bench_learning.summary_table("cfg", _rows(), baselines).splitlines()
+    assert table[2].startswith("| cfg seed 3 | 2,000 | 5.000 |")
+    assert table[3].startswith("| cfg seed 4 | 2,000 | 6.000 |")
+    assert table[4].startswith("| **cfg mean** | 2,000 | **5.500** |")
+    assert table[5].startswith("| greedy baseline |")
+
+
+def test_plot_writes_a_png(tmp_path):
+    path = tmp_path / "sub" / "plot.png"
+    bench_learning.plot(path, "cfg", _rows(), {"random": {"return": 0.0, "highest_stage": 1.0}})
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_line_appends_one_json_line_per_result(tmp_path):
+    out = tmp_path / "r.jsonl"
+    common.record_line("learning", {"label": "a"}, {"seed": 0, "return": 1.5}, out)
+    common.record_line("learning", {"label": "a"}, {"seed": 1, "return": 2.5}, out)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["metrics"]["return"] for line in lines] == [1.5, 2.5]
+    assert {"name", "config", "metrics", "backend", "commit", "time"} <= set(lines[0])
+
+
+@pytest.mark.parametrize("flag, value", [("--num-seeds", "0"), ("--eval-points", "0"), ("--eval-episodes", "0")])
+def test_bad_counts_are_refused_naming_the_flag(flag, value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_learning.main([flag, value])
+    assert exit_info.value.code == 2
+    assert flag in capsys.readouterr().err

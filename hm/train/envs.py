@@ -1,26 +1,24 @@
-"""Environments as the learner sees them, and the batched auto-reset around them.
+"""Environments as the learner sees them, and the batched stepping around them.
 
 `AbstractEnv` is the protocol: the four functions of `hm.game` (reset, step,
 legal_actions, observe) on a single unbatched game, with the observation already flat,
 plus how to store an observation compactly and how to name action statistics.
-`HackMatrixEnv` adapts `hm.game` to it; `NullEnv` does (almost) nothing in the same
-shapes, to measure the learner on its own; tests add tiny probe environments.
+`HackMatrixEnv` adapts the game (through `hm.env.HackMatrix`) to it; `NullEnv` does
+(almost) nothing in the same shapes, to measure the learner on its own; tests add tiny
+probe environments.
 
-Episode handling is the same for every environment and lives here once, in
-`vector_unstarted` / `vector_start` / `vector_step`, which work on a batch of games:
+Episode handling is not written here: `vector_step` runs every env through
+`hm.env.Environment.step` (the adapter `Episodes`), the same truncation, auto-reset and
+episode counters a user of `hm.env` gets:
 
 * truncation: an episode that reaches `max_episode_steps` without ending is cut; the
   learner bootstraps from the value of its last observation (it is not a death);
-* auto-reset from a reset pool: `reset` can be expensive (stage generation), so it is
-  not evaluated per env per step. Instead the learner draws one fresh game per env
-  slot per rollout (`vector_fresh`) and an env slot that finishes an episode takes its
-  fresh game with `jnp.where`. A slot that finishes twice in one rollout starts from
-  the same fresh game again (its play then differs by the policy's and the game's
-  randomness). Keeping the pool per slot makes it gather-free and independent of how
-  env slots are split over devices;
+* auto-reset: a finished slot continues with a new game drawn from that step's key, by
+  the env's `reset_where`, which for HackMatrix generates games only for the slots that
+  finished (`hm.game.reset_where`), so no reset pool is needed;
 * a new run's slots hold no game (`vector_unstarted`, episode length -1) and take their
-  first game from the first rollout's pool (`vector_start`), so starting a run does not
-  compile `reset` a second time outside the training program.
+  first game in the first rollout (`vector_start`, the same `reset_where`), so starting
+  a run does not compile the game a second time outside the training program.
 """
 
 import abc
@@ -32,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt8
 
+from hm.env import Environment, EnvParams, EnvState, HackMatrix
 from hm.game import constants as C
 
 
@@ -68,9 +67,13 @@ class AbstractEnv(eqx.Module):
     def observe(self, state: PyTree) -> Float[Array, " obs"]:
         """The flat observation of `state`."""
 
-    def restart(self, done: Bool[Array, ""], state: PyTree, fresh: PyTree) -> PyTree:
-        """`fresh` (a new episode from `reset`) where `done`, else `state`."""
-        return jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state)
+    def reset_where(self, done: Bool[Array, ""], state: PyTree, obs: Float[Array, " obs"],
+                    key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
+        """`reset(key)` where `done`, else `(state, obs)`. This default resets every game
+        (under `vmap`, on every step); override it where a new episode is expensive."""
+        fresh, fresh_obs = self.reset(key)
+        return (jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state),
+                jnp.where(done, fresh_obs, obs))
 
     def encode_obs(self, obs: Float[Array, " obs"]) -> PyTree:
         """A compact form of `obs` for the rollout buffer; `decode_obs` inverts it exactly."""
@@ -141,41 +144,32 @@ class _HackMatrixShaped(AbstractEnv):
 
 
 class HackMatrixEnv(_HackMatrixShaped):
-    """`hm.game` behind the learner's protocol."""
+    """`hm.game` behind the learner's protocol: the rules of `hm.env.HackMatrix`, with the
+    reward terms as one vector."""
 
     obs_size: int = eqx.field(static=True, default=C.OBS_FLAT_SIZE)
     num_actions: int = eqx.field(static=True, default=C.NUM_ACTIONS)
     reward_terms: tuple[str, ...] = eqx.field(static=True, default=C.REWARD_TERMS)
 
     def reset(self, key):
-        from hm import game
-
-        state, obs = game.reset(key)
-        return state, obs.flat()
+        obs, state = HackMatrix().reset_env(key)
+        return state, obs
 
     def step(self, state, action, key):
-        from hm import game
-
-        state, obs, reward, done, info = game.step(state, action, key)
-        terms = jnp.stack([jnp.asarray(info["reward_terms"][name], jnp.float32) for name in self.reward_terms])
-        env_info = EnvInfo(reward_terms=terms, stage=jnp.asarray(state.stage, jnp.int32),
-                           won=jnp.asarray(info["won"], bool))
-        return state, obs.flat(), jnp.asarray(reward, jnp.float32), jnp.asarray(done, bool), env_info
+        obs, state, reward, done, info = HackMatrix().step_env(key, state, action)
+        terms = jnp.stack([info["reward_terms"][name] for name in self.reward_terms])
+        return state, obs, reward, done, EnvInfo(reward_terms=terms, stage=info["stage"],
+                                                 won=info["won"])
 
     def legal_actions(self, state):
-        from hm import game
-
-        return game.legal_actions(state)
-
-    def restart(self, done, state, fresh):
-        from hm import game
-
-        return game.restart(done, state, fresh)
+        return HackMatrix().game_action_mask(state)
 
     def observe(self, state):
-        from hm import game
+        return HackMatrix().game_observation(state)
 
-        return game.observe(state).flat()
+    def reset_where(self, done, state, obs, key):
+        obs, state = HackMatrix().reset_env_where(done, key, state, obs)
+        return state, obs
 
 
 class NullState(eqx.Module):
@@ -233,7 +227,42 @@ class NullEnv(_HackMatrixShaped):
         return self.obs_table[state.row]
 
 
-# --- batches of environments with truncation and auto-reset ----------------------------
+# --- batches of environments, stepped through hm.env --------------------------------------
+
+
+class Episodes(Environment):
+    """Any `AbstractEnv` as an `hm.env.Environment`, whose `step` adds truncation,
+    auto-reset and the episode counters. `step`'s `info` holds `EnvInfo`'s fields
+    (`reward_terms` as the env's vector) besides the keys `Environment.step` adds."""
+
+    rules: AbstractEnv
+
+    @property
+    def num_actions(self) -> int:
+        return self.rules.num_actions
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return (self.rules.obs_size,)
+
+    def reset_env(self, key):
+        state, obs = self.rules.reset(key)
+        return obs, state
+
+    def step_env(self, key, game_state, action):
+        state, obs, reward, done, info = self.rules.step(game_state, action, key)
+        return (obs, state, jnp.asarray(reward, jnp.float32), jnp.asarray(done, bool),
+                {"reward_terms": info.reward_terms, "stage": info.stage, "won": info.won})
+
+    def game_action_mask(self, game_state):
+        return self.rules.legal_actions(game_state)
+
+    def game_observation(self, game_state):
+        return self.rules.observe(game_state)
+
+    def reset_env_where(self, done, key, game_state, obs):
+        state, obs = self.rules.reset_where(done, game_state, obs, key)
+        return obs, state
 
 
 class VecEnvState(eqx.Module):
@@ -246,13 +275,6 @@ class VecEnvState(eqx.Module):
     episode_length: Int32[Array, " n"]  # steps so far this episode; -1: no game yet
 
 
-class FreshGames(eqx.Module):
-    """One newly reset game per env slot: the reset pool of one rollout."""
-
-    state: PyTree
-    obs: Float[Array, "n obs"]
-
-
 class StepOutput(eqx.Module):
     """What one batched step produced, before finished games were replaced."""
 
@@ -263,12 +285,6 @@ class StepOutput(eqx.Module):
     info: EnvInfo                      # batched
     episode_return: Float[Array, " n"]  # return of the episode that just finished (if any)
     episode_length: Int32[Array, " n"]
-
-
-def vector_fresh(env: AbstractEnv, keys: Key[Array, " n"]) -> FreshGames:
-    """Reset one game per key (a batch of keys)."""
-    state, obs = jax.vmap(env.reset)(keys)
-    return FreshGames(state=state, obs=obs)
 
 
 _RESET_SHAPES: dict[Any, PyTree] = {}
@@ -305,20 +321,14 @@ def vector_unstarted(env: AbstractEnv, n: int) -> VecEnvState:
                        episode_length=jnp.full((n,), -1, jnp.int32))
 
 
-def vector_start(env: AbstractEnv, envs: VecEnvState, fresh: FreshGames) -> VecEnvState:
-    """Give every slot that holds no game yet its game from `fresh`."""
+def vector_start(env: AbstractEnv, envs: VecEnvState, keys: Key[Array, " n"]) -> VecEnvState:
+    """Give every slot that holds no game yet a new game from its key (by the env's
+    `reset_where`, the auto-reset's own path: no second program to compile)."""
     new = envs.episode_length < 0
-    state, obs = _select(new, (fresh.state, fresh.obs), (envs.state, envs.obs))
+    state, obs = jax.vmap(env.reset_where)(new, envs.state, envs.obs, keys)
     mask = jnp.where(new[:, None], jax.vmap(env.legal_actions)(state), envs.mask)
     return VecEnvState(state=state, obs=obs, mask=mask, episode_return=envs.episode_return,
                        episode_length=jnp.maximum(envs.episode_length, 0))
-
-
-def _select(pred: Bool[Array, " n"], on_true: PyTree, on_false: PyTree) -> PyTree:
-    def where(a, b):
-        return jnp.where(pred.reshape(pred.shape + (1,) * (a.ndim - 1)), a, b)
-
-    return jax.tree.map(where, on_true, on_false)
 
 
 def vector_step(
@@ -326,29 +336,27 @@ def vector_step(
     envs: VecEnvState,
     actions: Int32[Array, " n"],
     keys: Key[Array, " n"],
-    fresh: FreshGames,
     max_episode_steps: int,
 ) -> tuple[VecEnvState, StepOutput]:
-    """Step every game; cut episodes at `max_episode_steps`; restart finished ones.
+    """Step every game with `hm.env`'s `step` (`Episodes(env)`): episodes are cut at
+    `max_episode_steps`, and finished slots continue with a new game from their key."""
+    params = EnvParams(max_episode_steps=max_episode_steps)
 
-    A finished slot (terminal or truncated) continues from its game in `fresh`.
-    """
-    state, obs, reward, done, info = jax.vmap(env.step)(envs.state, actions, keys)
-    episode_return = envs.episode_return + reward
-    episode_length = envs.episode_length + 1
-    truncated = ~done & (episode_length >= max_episode_steps)
-    finished = done | truncated
-    state = jax.vmap(env.restart)(finished, state, fresh.state)
-    next_obs = _select(finished, fresh.obs, obs)
-    # after the swap, so the (possibly costly) mask is traced once, not also for the pool
-    mask = jax.vmap(env.legal_actions)(state)
-    new = VecEnvState(
-        state=state, obs=next_obs, mask=mask,
-        episode_return=jnp.where(finished, 0.0, episode_return),
-        episode_length=jnp.where(finished, 0, episode_length),
-    )
-    out = StepOutput(final_obs=obs, reward=reward, done=done, truncated=truncated, info=info,
-                     episode_return=episode_return, episode_length=episode_length)
+    def step(key, game_state, episode_return, episode_length, action):
+        state = EnvState(game=game_state, episode_return=episode_return,
+                         episode_length=episode_length)
+        obs, state, reward, _, info = Episodes(env).step(key, state, action, params)
+        env_info = EnvInfo(reward_terms=info["reward_terms"], stage=info["stage"], won=info["won"])
+        return obs, state, reward, info, env_info
+
+    obs, state, reward, info, env_info = jax.vmap(step)(
+        keys, envs.state, envs.episode_return, envs.episode_length, actions)
+    new = VecEnvState(state=state.game, obs=obs, mask=info["action_mask"],
+                      episode_return=state.episode_return, episode_length=state.episode_length)
+    out = StepOutput(final_obs=info["final_observation"], reward=reward,
+                     done=info["terminated"], truncated=info["truncated"], info=env_info,
+                     episode_return=info["episode_return"],
+                     episode_length=info["episode_length"])
     return new, out
 
 

@@ -3,9 +3,9 @@
 One call of the function from `make_train_fn` runs `updates_per_call` (K) updates:
 
     scan over K updates:
-        draw one fresh game per env slot (the reset pool of this rollout)
-        scan over num_steps: policy forward, inverse-CDF sampling, env step,
-            truncation and auto-reset; store compact observations
+        start the env slots that hold no game yet (only before the first update)
+        scan over num_steps: policy forward, inverse-CDF sampling, env step with
+            truncation and auto-reset (`hm.env`); store compact observations
         value of the last observation; GAE by a reverse scan
         scan over update_epochs: scan over num_minibatches: loss, gradient, Adam
 
@@ -57,10 +57,8 @@ from hm.train import distributions, ppo
 from hm.train.config import ResolvedConfig
 from hm.train.envs import (
     AbstractEnv,
-    FreshGames,
     HackMatrixEnv,
     VecEnvState,
-    vector_fresh,
     vector_start,
     vector_step,
     vector_unstarted,
@@ -196,12 +194,8 @@ class Learner(eqx.Module):
         return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
                        self.config.num_layers, kind=self.config.network, critic=self.config.critic, key=key)
 
-    def fresh_games(self, key: PRNGKeyArray) -> FreshGames:
-        """One new game per env slot of this device, keyed by global slot index."""
-        return vector_fresh(self.env, _fold_in_each(key, self.env_ids()))
-
     def init_envs(self) -> VecEnvState:
-        """Slots with no game yet: the first rollout starts them from its reset pool."""
+        """Slots with no game yet: the first rollout starts them (`vector_start`)."""
         return vector_unstarted(self.env, self.local_envs)
 
     def truncation_values(self, params: Network, final_obs: Float[Array, "n obs"],
@@ -238,10 +232,9 @@ class Learner(eqx.Module):
         self, params: Network, envs: VecEnvState, key: PRNGKeyArray
     ) -> tuple[VecEnvState, Trajectory, StepStats]:
         """`num_steps` steps of every env slot under the current policy."""
-        fresh_key, steps_key = jax.random.split(key)
-        fresh = self.fresh_games(fresh_key)
-        envs = vector_start(self.env, envs, fresh)
+        start_key, steps_key = jax.random.split(key)
         ids = self.env_ids()
+        envs = vector_start(self.env, envs, _fold_in_each(start_key, ids))
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
 
@@ -251,7 +244,7 @@ class Learner(eqx.Module):
             uniform = jax.vmap(jax.random.uniform)(_fold_in_each(action_key, ids))
             action = distributions.sample(logits, envs.mask, uniform)
             log_prob = distributions.log_prob(logits, envs.mask, action)
-            new_envs, out = vector_step(self.env, envs, action, _fold_in_each(env_key, ids), fresh,
+            new_envs, out = vector_step(self.env, envs, action, _fold_in_each(env_key, ids),
                                         self.config.max_episode_steps)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             transition = Trajectory(
@@ -450,8 +443,8 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     """A new TrainState on the mesh: fresh network and optimizer state, empty env slots.
 
     Every process of a multi-host run calls this with the same arguments and gets the
-    same global arrays. The env slots hold no game yet: the first call starts them from
-    its reset pool (so starting a run compiles the game once, in the training program).
+    same global arrays. The env slots hold no game yet: the first rollout starts them
+    (so starting a run compiles the game once, in the training program).
 
     Args:
         resolved: the run's configuration.

@@ -1,5 +1,6 @@
 """The env protocol: compact observations, truncation and auto-reset, the game adapter."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,20 +52,37 @@ def test_vector_step_truncates_and_resets():
     vec = envs_lib.VecEnvState(state=start, obs=jax.vmap(env.observe)(start),
                                mask=jax.vmap(env.legal_actions)(start),
                                episode_return=jnp.zeros(n), episode_length=jnp.array([0, 2], jnp.int32))
-    fresh_state = TabularState(state=jnp.array([constant, constant], jnp.int32))
-    fresh = envs_lib.FreshGames(state=fresh_state, obs=jax.vmap(env.observe)(fresh_state))
     keys = jax.random.split(jax.random.key(0), n)
+    # a finished slot continues with the game `reset` makes from its step key's second half
+    fresh, fresh_obs = env.reset(jax.random.split(keys[1])[1])
     actions = jnp.zeros(n, jnp.int32)
-    vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
-    # slot 1 reached 3 steps: truncated (not done), restarted from its fresh game
+    vec, out = envs_lib.vector_step(env, vec, actions, keys, 3)
+    # slot 1 reached 3 steps: truncated (not done), restarted with a new game
     assert out.truncated.tolist() == [False, True] and out.done.tolist() == [False, False]
-    assert vec.state.state.tolist() == [loop, constant]
+    assert vec.state.state.tolist() == [loop, int(fresh.state)]
     assert out.episode_return.tolist() == [1.0, 1.0] and out.episode_length.tolist() == [1, 3]
     assert vec.episode_length.tolist() == [1, 0] and vec.episode_return.tolist() == [1.0, 0.0]
     np.testing.assert_array_equal(out.final_obs[1], env.observe(TabularState(state=jnp.int32(loop))))
-    np.testing.assert_array_equal(vec.obs[1], fresh.obs[1])
-    np.testing.assert_array_equal(vec.mask[1], env.legal_actions(TabularState(state=jnp.int32(constant))))
+    np.testing.assert_array_equal(vec.obs[1], fresh_obs)
+    np.testing.assert_array_equal(vec.mask[1], env.legal_actions(fresh))
     # a terminal step: done, not truncated, restarted
-    vec, out = envs_lib.vector_step(env, vec, actions, keys, fresh, 3)
+    vec = eqx.tree_at(lambda v: v.state, vec, TabularState(state=jnp.array([loop, constant], jnp.int32)))
+    vec, out = envs_lib.vector_step(env, vec, actions, keys, 3)
     assert out.done.tolist() == [False, True] and out.truncated.tolist() == [False, False]
-    assert vec.state.state.tolist() == [loop, constant]
+    assert vec.state.state.tolist() == [loop, int(fresh.state)]
+    assert vec.episode_length.tolist() == [2, 0]
+
+
+def test_vector_start_starts_only_the_slots_without_a_game():
+    env = probe_suite()
+    loop = PROBE_STATES.index("loop")
+    vec = envs_lib.vector_unstarted(env, 2)
+    vec = eqx.tree_at(lambda v: (v.state, v.episode_length), vec,
+                      (TabularState(state=jnp.array([loop, 0], jnp.int32)), jnp.array([5, -1], jnp.int32)))
+    keys = jax.random.split(jax.random.key(3), 2)
+    vec = envs_lib.vector_start(env, vec, keys)
+    fresh, fresh_obs = env.reset(keys[1])
+    assert vec.state.state.tolist() == [loop, int(fresh.state)]
+    assert vec.episode_length.tolist() == [5, 0]
+    np.testing.assert_array_equal(vec.obs[1], fresh_obs)
+    np.testing.assert_array_equal(vec.mask[1], env.legal_actions(fresh))

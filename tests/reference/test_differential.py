@@ -24,22 +24,23 @@ legal actions of the engine, and keep the model in lock-step (including the UNDO
 history, bounded like the engine's) so UNDO is compared too.
 
 Engine functions are jit-compiled once per module. The quick tests run by default
-(a few minutes on 2 cores); the big sweeps are marked `slow` and, being much longer than
-the project's other `slow` tests, run only when selected (`-m slow`) or with HM_SLOW=1.
+(a few minutes on 2 cores); the big sweeps are marked `sweep`, which pyproject.toml
+deselects by default (they take far longer than the `slow` tests): `bin/test -m sweep`.
 `test_harness_accepts_the_model_itself` runs the harness with the model as the engine
 (own random draws): it proves the comparisons raise no false alarms.
 """
 
 import collections
 import dataclasses
-import importlib
 import json
-import os
 import random
 import re
 
+import jax
 import numpy as np
 import pytest
+
+import hm.game
 
 from . import model as M
 
@@ -52,19 +53,6 @@ STATS = collections.Counter()      # how steps were compared (printed with -s)
 # ---------------------------------------------------------------------------
 # Engine access
 # ---------------------------------------------------------------------------
-
-def _import_engine():
-    """`hm.game`, or skip while it does not exist yet. Real import errors still fail."""
-    try:
-        game = importlib.import_module("hm.game")
-    except ModuleNotFoundError as e:
-        if e.name in ("hm", "hm.game"):
-            pytest.skip("hm.game does not exist yet")
-        raise
-    if not hasattr(game, "step"):
-        pytest.skip("hm.game.step not written yet")
-    return game
-
 
 @dataclasses.dataclass
 class Engine:
@@ -82,16 +70,10 @@ class Engine:
 
 @pytest.fixture(scope="module")
 def engine():
-    game = _import_engine()
-    import jax
-
+    game = hm.game
     cap = int(getattr(game.constants, "HISTORY_CAPACITY", 0)) or None
     return Engine(game=game, jax=jax, step=jax.jit(game.step), legal=jax.jit(game.legal_actions),
                   observe=jax.jit(game.observe), reset=jax.jit(game.reset), history_cap=cap)
-
-
-def _slow_selected(config) -> bool:
-    return "slow" in (config.getoption("markexpr", "") or "") or os.environ.get("HM_SLOW") == "1"
 
 
 # ---------------------------------------------------------------------------
@@ -793,15 +775,11 @@ def test_random_walks_quick(engine):
     walk(engine, n_walks=6, length=80, seed=2)
 
 
-@pytest.mark.slow
-def test_differential_sweep(engine, request):
-    if not _slow_selected(request.config):
-        pytest.skip("slow: select with -m slow or HM_SLOW=1")
+@pytest.mark.sweep
+def test_differential_sweep(engine):
     sweep(engine, n_states=3000, seed=10)
 
 
-@pytest.mark.slow
-def test_random_walks(engine, request):
-    if not _slow_selected(request.config):
-        pytest.skip("slow: select with -m slow or HM_SLOW=1")
+@pytest.mark.sweep
+def test_random_walks(engine):
     walk(engine, n_walks=200, length=300, seed=11)

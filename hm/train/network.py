@@ -9,9 +9,11 @@
   (a 1x1 convolution, 44 -> 16 channels, the same weights on every cell) and one 3x3
   convolution (16 -> 16) give every cell a summary of its 3x3 neighbourhood; the
   flattened cells, with the player and program vectors, then feed the same tanh trunk.
-  Its first dense layer reads 609 numbers instead of 1545, so the whole network costs
-  about 70 % of the MLP's arithmetic (see `bench.bench_train --network conv`). It needs
-  the game's observation layout (`obs_size` 1545).
+  Its first dense layer reads 609 numbers instead of 1545, so its forward costs 68 % of
+  the MLP's FLOPs; forward + backward costs 93 % (that layer and the convolution need
+  input gradients, the MLP's first layer does not), and on CPU it trains about 2x
+  slower than the MLP (small convolutions run far below matmul speed; docs/networks.md).
+  It needs the game's observation layout (`obs_size` 1545).
 
 `critic="shared"` runs one trunk (and encoder) for both heads, which halves the cost of
 the network, where PPO spends its time on CPU; `critic="separate"` gives the value head
@@ -27,9 +29,9 @@ almost uniform initial policy), 1.0 on the value head; zero biases.
 Why the MLP's first layer is still dense: computing it from the non-zero entries (an
 embedding bag over about 60 of the 1545 inputs, at most 120 seen in random play) makes
 the forward product about 3x cheaper on this CPU, but finding those entries (a prefix
-sum and a scatter per observation) costs as much as the dense product, and the weight
-gradient as a scatter-add is slower than the dense `x.T @ dh`: measured in
-`docs/networks.md`, it did not pay for itself.
+sum and a scatter per observation) costs about 3x the dense product, and the weight
+gradient as a scatter-add is slower than the dense `x.T @ dh`: it does not pay for
+itself (`bench/bench_first_layer.py`, docs/networks.md).
 """
 
 import math

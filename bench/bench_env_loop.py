@@ -24,6 +24,7 @@ from tap import Tap
 
 from bench import bench_env, common
 from hm.env import EnvState, HackMatrix
+from hm.train.distributions import sample_legal
 
 
 class Args(Tap):
@@ -47,7 +48,7 @@ class Loop(eqx.Module):
 def play_step(env: HackMatrix, loop: Loop) -> Loop:
     """One random legal step of one game (unbatched); the env restarts it if it ended."""
     key, action_key, step_key = jax.random.split(loop.key, 3)
-    action = bench_env.sample_legal_action(loop.mask, jax.random.uniform(action_key))
+    action = sample_legal(loop.mask, jax.random.uniform(action_key))
     obs, state, reward, _, info = env.step(step_key, loop.state, action)
     checksum = loop.checksum + jnp.sum(obs) + reward
     return Loop(state, info["action_mask"], key, checksum)

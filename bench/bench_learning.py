@@ -17,11 +17,13 @@ one JSON line in `--out` (the format of the other benchmarks: `name`, `config`,
 taken, so configurations can be compared per env step and per second. The plot shows
 evaluation return and mean highest stage against env steps, one line per seed, with
 the baselines as dashed lines; the summary table (printed at the end) is what
-`docs/learning.md` quotes.
+`docs/learning.md` quotes. `--compare RESULTS --plot FILE` draws every configuration
+of a results file on one figure.
 """
 
 import dataclasses
 import io
+import json
 import math
 import pathlib
 import time
@@ -46,6 +48,7 @@ class LearningArgs(TrainArgs):
     eval_episodes: int = 256  # Held-out games per evaluation.
     eval_seed: int = 0  # Which held-out games (hm.tools.evaluate's evaluation seed family).
     label: str = "default"  # Name of this configuration in the results and the plot.
+    compare: pathlib.Path | None = None  # Train nothing: plot every configuration in this results file on one figure (--plot).
     out: pathlib.Path | None = None  # Append one JSON line per evaluation to this file.
     plot: pathlib.Path | None = None  # Write the PNG plot here.
 
@@ -156,6 +159,57 @@ def plot(path: pathlib.Path, label: str, rows: list[dict[str, Any]], baselines: 
     plt.close(figure)
 
 
+def read_results(path: pathlib.Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
+    """The learning lines of a results file: evaluation rows per label, and the baselines."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    baselines: dict[str, dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        result = json.loads(line)
+        if result.get("name") != "learning":
+            continue
+        metrics = result["metrics"]
+        if "baseline" in metrics:
+            baselines[metrics["baseline"]] = metrics
+        else:
+            rows.setdefault(result["config"]["label"], []).append(metrics)
+    return rows, baselines
+
+
+def plot_comparison(path: pathlib.Path, rows: dict[str, list[dict[str, Any]]],
+                    baselines: dict[str, dict[str, float]]) -> None:
+    """Several configurations on one figure: a thin line per seed, a thick one for the mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for axis, metric, title in ((axes[0], "return", "evaluation return"),
+                                (axes[1], "highest_stage", "mean highest stage")):
+        for (label, mine), color in zip(sorted(rows.items()), colors):
+            seeds = sorted({r["seed"] for r in mine})
+            for seed in seeds:
+                points = [r for r in mine if r["seed"] == seed]
+                axis.plot([r["env_steps"] / 1e6 for r in points], [r[metric] for r in points],
+                          color=color, alpha=0.35, linewidth=1)
+            steps = sorted({r["env_steps"] for r in mine})
+            means = [sum(r[metric] for r in mine if r["env_steps"] == s) / len([r for r in mine if r["env_steps"] == s])
+                     for s in steps]
+            axis.plot([s / 1e6 for s in steps], means, color=color, linewidth=2.5, marker="o",
+                      label=f"{label} (mean of {len(seeds)} seeds)")
+        for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
+            axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
+        axis.set_xlabel("env steps (millions)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def summary_table(label: str, rows: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> str:
     """Markdown: the final evaluation of each seed, their mean, and the baselines."""
     last = {}
@@ -179,6 +233,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = LearningArgs(prog="python -m bench.bench_learning")
     args = parser.parse_args(argv)
     _check(args, parser)
+    if args.compare is not None:
+        if args.plot is None or not args.compare.is_file():
+            parser.error("--compare needs an existing results file and --plot")
+        rows_by_label, baselines = read_results(args.compare)
+        for label, mine in sorted(rows_by_label.items()):
+            print(summary_table(label, mine, baselines))
+        plot_comparison(args.plot, rows_by_label, baselines)
+        print(f"plot: {args.plot}")
+        return [row for mine in rows_by_label.values() for row in mine]
     runs_dir = pathlib.Path(args.runs_dir) / f"bench-learning-{time.strftime('%Y%m%d-%H%M%S')}"
     config = {**{k: v for k, v in dataclasses.asdict(args.train_config()).items() if k != "seed"},
               "label": args.label, "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}

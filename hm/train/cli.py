@@ -29,7 +29,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     num_envs: int = _CONFIG.num_envs  # Parallel games, over all devices together (>= 1, a multiple of the device count).
     num_steps: int = _CONFIG.num_steps  # Rollout length per update, in steps per game (>= 1).
     total_timesteps: int = _CONFIG.total_timesteps  # Env steps to train for (>= one batch: num_envs x num_steps).
-    lr: float | None = _CONFIG.lr  # Adam learning rate in (0, 1]; default: auto-scaled with the batch.
+    lr: float | None = _CONFIG.lr  # Adam learning rate in (0, 1]; default: 1e-3, or 2.5e-4 for batches of at most 256 x 128.
     gamma: float = _CONFIG.gamma  # Discount factor in [0, 1].
     gae_lambda: float = _CONFIG.gae_lambda  # GAE lambda in [0, 1].
     num_minibatches: int | None = _CONFIG.num_minibatches  # Minibatches per epoch (>= 1); default: batch / 8192 in [4, 64].

@@ -13,8 +13,11 @@ For a larger batch, `scale = batch / 32768`:
 * `num_minibatches ~= batch / 8192` (minibatches stay near 8,192 samples), clamped to
   [4, 64] and rounded to a count that splits the batch evenly over the devices;
 * `update_epochs = max(2, 4 // scale)`;
-* `lr = 2.5e-4 * 16 / (num_minibatches * update_epochs)` -- large PPO batches take a
-  smaller step (6.25e-5 at 2048 envs), keeping the total movement per sample constant.
+* `lr = 1e-3`. With minibatches held near 8,192 samples, a larger batch takes more
+  gradient steps per update but the same number per sample, so the step size need not
+  shrink. (An earlier rule, `2.5e-4 * 16 / (num_minibatches * update_epochs)`, shrank it
+  to 6.25e-5 at 2048 envs, and the policy stopped moving: docs/learning.md has the
+  curves that chose 1e-3.)
 
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
@@ -28,6 +31,8 @@ REFERENCE_BATCH = 256 * 128
 REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 REFERENCE_LR = 2.5e-4
+# The step size above the reference batch (docs/learning.md: 3 seeds at 2048 envs).
+LARGE_BATCH_LR = 1e-3
 TARGET_MINIBATCH = 8192
 MIN_MINIBATCHES, MAX_MINIBATCHES = 4, 64
 # Auto `updates_per_call` fuses updates until one call covers about this many env
@@ -67,7 +72,7 @@ class TrainConfig:
     update_epochs: int | None = None
     clip_eps: float = 0.2
     vf_coef: float = 0.5
-    ent_coef: float = 0.15
+    ent_coef: float = 0.01  # docs/learning.md: 0.15 (the original's) with the old lr never moved
     max_grad_norm: float = 0.5
     hidden_dim: int = 256
     num_layers: int = 2
@@ -167,10 +172,8 @@ def _auto_epochs(batch: int) -> int:
     return max(2, int(REFERENCE_EPOCHS // (batch / REFERENCE_BATCH)))
 
 
-def _auto_lr(batch: int, num_minibatches: int, update_epochs: int) -> float:
-    if batch <= REFERENCE_BATCH:
-        return REFERENCE_LR
-    return REFERENCE_LR * REFERENCE_MINIBATCHES * REFERENCE_EPOCHS / (num_minibatches * update_epochs)
+def _auto_lr(batch: int) -> float:
+    return REFERENCE_LR if batch <= REFERENCE_BATCH else LARGE_BATCH_LR
 
 
 def _auto_updates_per_call(batch: int, num_updates: int) -> int:
@@ -203,7 +206,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         auto.append("update_epochs")
     lr = config.lr
     if lr is None:
-        lr = _auto_lr(batch, minibatches, epochs)
+        lr = _auto_lr(batch)
         auto.append("lr")
     precision = config.precision
     if precision == "auto":

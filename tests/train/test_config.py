@@ -20,12 +20,12 @@ from hm.train.config import (
     [
         (8, 16, 4, 4, 2.5e-4),          # tiny: reference values
         (256, 128, 4, 4, 2.5e-4),       # the reference batch itself
-        (512, 128, 8, 2, 2.5e-4),       # scale 2: 65536/8192 = 8, 4//2 = 2, 16/(8*2) = 1
-        (1024, 128, 16, 2, 1.25e-4),    # scale 4
-        (2048, 128, 32, 2, 6.25e-5),    # the default: scale 8
-        (4096, 128, 64, 2, 3.125e-5),   # scale 16
-        (8192, 128, 64, 2, 3.125e-5),   # minibatches clamp at 64
-        (384, 128, 6, 2, 2.5e-4 * 16 / 12),  # scale 1.5: 49152/8192 = 6, 4//1.5 = 2
+        (512, 128, 8, 2, 1e-3),         # scale 2: 65536/8192 = 8, 4//2 = 2
+        (1024, 128, 16, 2, 1e-3),       # scale 4
+        (2048, 128, 32, 2, 1e-3),       # the default: scale 8
+        (4096, 128, 64, 2, 1e-3),       # scale 16
+        (8192, 128, 64, 2, 1e-3),       # minibatches clamp at 64
+        (384, 128, 6, 2, 1e-3),         # scale 1.5: 49152/8192 = 6, 4//1.5 = 2
     ],
 )
 def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
@@ -38,7 +38,7 @@ def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
 def test_default_config_resolves_as_the_issue_says():
     resolved = resolve(TrainConfig(), "cpu", 1)
     assert resolved.batch_size == 262144 and resolved.minibatch_size == 8192
-    assert resolved.lr == 6.25e-5
+    assert resolved.lr == 1e-3 and resolved.ent_coef == 0.01
     assert resolved.precision == "f32" and resolved.updates_per_call == 1
 
 
@@ -51,9 +51,11 @@ def test_explicit_values_win():
     assert resolved.auto == ("devices",)
 
 
-def test_auto_lr_uses_explicit_minibatches():
-    resolved = resolve(TrainConfig(num_envs=2048, num_minibatches=16), "cpu", 1)
-    assert resolved.lr == pytest.approx(2.5e-4 * 16 / (16 * 2))
+def test_auto_lr_does_not_shrink_with_explicit_minibatches_or_epochs():
+    # the old rule divided lr by minibatches x epochs; the step size is now per batch regime only
+    for minibatches, epochs in ((16, 2), (64, 4)):
+        config = TrainConfig(num_envs=2048, num_minibatches=minibatches, update_epochs=epochs)
+        assert resolve(config, "cpu", 1).lr == 1e-3
 
 
 @pytest.mark.parametrize("backend, precision", [("cpu", "f32"), ("tpu", "bf16"), ("gpu", "bf16")])

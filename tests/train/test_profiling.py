@@ -9,32 +9,13 @@ import io
 import json
 from pathlib import Path
 
-import jax
 import pytest
 
 from hm.train import NullEnv, TrainConfig
 from hm.train.cli import TrainArgs, main
 from hm.train.profiling import PERFETTO_FILE, call_to_trace, trace_files
 from hm.train.run import RunOptions, Trainer, run
-
-# 2 updates per call, 4 updates per run: two calls.
-TINY = TrainConfig(
-    num_envs=8,
-    num_steps=8,
-    total_timesteps=8 * 8 * 4,
-    hidden_dim=16,
-    num_layers=1,
-    num_minibatches=2,
-    update_epochs=1,
-    updates_per_call=2,
-    seed=3,
-)
-
-
-@pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory) -> Path:
-    configured = jax.config.jax_compilation_cache_dir
-    return Path(configured) if configured else tmp_path_factory.mktemp("jax-cache")
+from tests.train.conftest import TINY
 
 
 def train(tmp_path: Path, compile_cache: Path, profile: Path | None, config: TrainConfig = TINY) -> str:

@@ -29,28 +29,12 @@ from hm.train import NullEnv, TrainConfig, checkpoint, to_host
 from hm.train.logging import read_scalars, read_tags, tensorboard_tag
 from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
 from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, new_run_dir, run, split_updates
+from tests.train.conftest import TINY
 
 REPO = Path(__file__).resolve().parents[2]
 
-# 2 updates per call, 4 updates per run: two calls.
-TINY = TrainConfig(
-    num_envs=8,
-    num_steps=8,
-    total_timesteps=8 * 8 * 4,
-    hidden_dim=16,
-    num_layers=1,
-    num_minibatches=2,
-    update_epochs=1,
-    updates_per_call=2,
-    seed=3,
-)
 
 
-@pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory) -> Path:
-    """The suite's persistent cache (tests/conftest.py) if set, else one for this session."""
-    configured = jax.config.jax_compilation_cache_dir
-    return Path(configured) if configured else tmp_path_factory.mktemp("jax-cache")
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ its own encoder and trunk of the same shape, so value targets in the hundreds do
 pull the policy's features around (twice the arithmetic).
 
 tanh rather than ReLU: bounded activations keep the heads' inputs in a fixed range,
-which is what a large study of on-policy RL (Andrychowicz et al., "What Matters in On-Policy Reinforcement Learning?", ICLR 2021) found works best for PPO, and is
-robust in bfloat16;
-its cost is negligible next to the matmuls. Initialisation follows PPO practice:
+which is what a large study of on-policy RL found works best for PPO (Andrychowicz et
+al., "What Matters in On-Policy Reinforcement Learning?", ICLR 2021), and is robust in
+bfloat16; its cost is negligible next to the matmuls. Initialisation follows PPO practice:
 orthogonal weights with gain sqrt(2) in encoder and trunk, 0.01 on the policy head (an
 almost uniform initial policy), 1.0 on the value head; zero biases.
 

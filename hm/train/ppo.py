@@ -92,8 +92,8 @@ def loss(
 
     The value loss is the plain squared error, not clipped: this game's returns reach
     hundreds (victory pays 500+), and clipping value moves to +-clip_eps would stall
-    the critic (and value clipping did not help in Andrychowicz et al., "What Matters in On-Policy Reinforcement Learning?", ICLR 2021,
-    either).
+    the critic (and value clipping did not help in Andrychowicz et al., "What Matters
+    in On-Policy Reinforcement Learning?", ICLR 2021, either).
 
     The returned loss is this device's mean over its share of the minibatch; under
     `shard_map` the caller averages the gradients over devices with `lax.pmean`,

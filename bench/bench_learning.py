@@ -132,33 +132,6 @@ def train_seed(args: LearningArgs, seed: int, runs_dir: pathlib.Path, record) ->
     return rows
 
 
-def plot(path: pathlib.Path, label: str, rows: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> None:
-    """Evaluation return and mean highest stage against env steps, one line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for axis, metric, title in ((axes[0], "return", "evaluation return"),
-                                (axes[1], "highest_stage", "mean highest stage")):
-        for seed in sorted({r["seed"] for r in rows}):
-            mine = [r for r in rows if r["seed"] == seed]
-            axis.plot([r["env_steps"] / 1e6 for r in mine], [r[metric] for r in mine], marker="o",
-                      label=f"seed {seed}")
-        for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
-            axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
-        axis.set_xlabel("env steps (millions)")
-        axis.set_title(title)
-        axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    figure.suptitle(f"bench_learning: {label}")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def read_results(path: pathlib.Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
     """The learning lines of a results file: evaluation rows per label, and the baselines."""
     rows: dict[str, list[dict[str, Any]]] = {}
@@ -177,7 +150,8 @@ def read_results(path: pathlib.Path) -> tuple[dict[str, list[dict[str, Any]]], d
 
 def plot_comparison(path: pathlib.Path, rows: dict[str, list[dict[str, Any]]],
                     baselines: dict[str, dict[str, float]]) -> None:
-    """Several configurations on one figure: a thin line per seed, a thick one for the mean."""
+    """Evaluation return and mean highest stage against env steps for one or more
+    configurations: a thin line per seed, a thick one for their mean, the baselines dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     table = summary_table(args.label, rows, baselines)
     print(table)
     if args.plot is not None:
-        plot(args.plot, args.label, rows, baselines)
+        plot_comparison(args.plot, {args.label: rows}, baselines)
         print(f"plot: {args.plot}")
     return rows
 

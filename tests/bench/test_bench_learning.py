@@ -44,7 +44,7 @@ def test_summary_table_takes_each_seeds_last_evaluation_and_their_mean():
 
 def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "sub" / "plot.png"
-    bench_learning.plot(path, "cfg", _rows(), {"random": {"return": 0.0, "highest_stage": 1.0}})
+    bench_learning.plot_comparison(path, {"cfg": _rows()}, {"random": {"return": 0.0, "highest_stage": 1.0}})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -63,3 +63,17 @@ def test_bad_counts_are_refused_naming_the_flag(flag, value, capsys):
         bench_learning.main([flag, value])
     assert exit_info.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_compare_plots_every_configuration_of_a_results_file(tmp_path):
+    out, png = tmp_path / "r.jsonl", tmp_path / "c.png"
+    baseline = {"baseline": "random", **{k: 0.5 for k in bench_learning.HEADLINE}}
+    common.record_line("learning", {"label": "a"}, baseline, out)
+    for label in ("a", "b"):
+        for row in _rows():
+            common.record_line("learning", {"label": label}, row, out)
+    common.record_line("env", {}, {"steps_per_s": 1.0}, out)   # other benchmarks' lines are skipped
+    rows, baselines = bench_learning.read_results(out)
+    assert sorted(rows) == ["a", "b"] and len(rows["a"]) == 6 and list(baselines) == ["random"]
+    assert len(bench_learning.main(["--compare", str(out), "--plot", str(png)])) == 12
+    assert png.read_bytes()[:4] == b"\x89PNG"

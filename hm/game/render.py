@@ -12,9 +12,11 @@ the output is deterministic and fits an 80-column terminal.
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hm.game import constants as C
+from hm.game.observation import cryptog_visible
 from hm.game.scenario import program_name
 from hm.game.state import GameState
 
@@ -80,12 +82,12 @@ def _entity_tokens(s: GameState) -> list[list[str]]:
     prow, pcol = int(s.player.row), int(s.player.col)
     tokens[prow * C.COLS + pcol].append("@")
     e = s.enemies
+    visible = np.asarray(cryptog_visible(jax.tree.map(jnp.asarray, s)))  # the rule lives there once
     for i in np.flatnonzero(e.alive):
         kind, row, col = int(e.kind[i]), int(e.row[i]), int(e.col[i])
         flags = ("z" if bool(e.stunned[i]) else "") + ("d" if int(e.disabled[i]) > 0 else "")
         token = f"{ENEMY_LETTERS[kind]}{int(e.hp[i])}{flags}"
-        # §15: a cryptog is observed only in the player's row or column, or under SHOW.
-        if kind == C.CRYPTOG and not (row == prow or col == pcol or bool(s.show)):
+        if not visible[i]:
             token = f"({token})"
         tokens[row * C.COLS + col].append(token)
     t = s.transmissions

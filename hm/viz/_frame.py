@@ -14,11 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import UInt8
 from PIL import Image, ImageDraw, ImageFont
 
 from hm.game import constants as C
+from hm.game.observation import cryptog_visible
 from hm.game.scenario import program_name
 from hm.game.state import GameState
 
@@ -282,13 +284,12 @@ def _cell_tokens(s: GameState) -> list[list[Token]]:
     prow, pcol = int(s.player.row), int(s.player.col)
     tokens[prow * C.COLS + pcol].append(Token("player"))
     e = s.enemies
+    visible = np.asarray(cryptog_visible(jax.tree.map(jnp.asarray, s)))  # the rule lives there once
     for i in np.flatnonzero(e.alive):
         kind, row, col = int(e.kind[i]), int(e.row[i]), int(e.col[i])
-        # docs/rules.md#observation: a cryptog is observed only in the player's row or column, or under SHOW.
-        hidden = kind == C.CRYPTOG and not (row == prow or col == pcol or bool(s.show))
         tokens[row * C.COLS + col].append(Token(
             "enemy", enemy_type=kind, hp=int(e.hp[i]), stunned=bool(e.stunned[i]), disabled=int(e.disabled[i]) > 0,
-            from_siphon=bool(e.from_siphon[i]), hidden=hidden))
+            from_siphon=bool(e.from_siphon[i]), hidden=not visible[i]))
     t = s.transmissions
     for i in np.flatnonzero(t.alive):
         tokens[int(t.row[i]) * C.COLS + int(t.col[i])].append(

@@ -3,22 +3,56 @@
 No rule lives here (docs/rules.md has them); the rules that use it are the enemy
 activations (docs/rules.md#enemy-phase), stage generation and transmission placement
 (docs/rules.md#stages, docs/rules.md#transmission-placement) and the rarer programs
-(docs/rules.md#program-effects). Under `jax.vmap`, `lax.cond` becomes a select that runs
-both branches for every game. A rule with a custom batching rule
-(`jax.custom_batching.custom_vmap`) can instead ask one question of the whole batch
-("does any game need this?") and skip the work for real. The helpers here keep those
-batching rules short and alike.
+(docs/rules.md#program-effects).
+
+Under `jax.vmap`, `lax.cond` becomes a select that runs both branches for every game. A
+function with a custom batching rule (`jax.custom_batching.custom_vmap`) can instead see
+the whole batch, ask it one question ("does any game need this?") and skip the work for
+real. Two helpers build such functions:
+
+* `custom_batching(batched_rule)`: a function that is written once for one game and
+  once for a batch (`batched_rule`, every argument with a leading batch axis).
+* `where_selected(rule, writes, ...)`: `rule(state, ...)` where a per-game predicate
+  holds, else `state`. Batched, only the selected games are gathered, a chunk at a time,
+  updated with `jax.vmap(rule)` and scattered back; only the state fields the rule
+  declares in `writes` are carried through that loop and scattered, so the UNDO history
+  (most of a state's bytes) is never copied.
+
+Both are plain `custom_vmap`s. Two details make them work everywhere:
+
+* The one-game function is wrapped in `jax.jit` before `custom_vmap` sees it. A
+  `custom_vmap` passes the array constants its function reads (tables) as operands,
+  and a `lax.cond` whose predicate is batched batches every operand of its branches,
+  constants included, which `custom_vmap` rejects. Inside a `jit` the constants belong
+  to the `jit`'s own jaxpr and are never batched, so these functions may be called inside
+  such a `cond` (`generation.complete_stage` is, in the tests).
+* `where_selected` needs to know which leaves the rule changes. It is told (`writes`,
+  field paths such as `"enemies"` or `"history.top"`, checked against the state's
+  fields when traced) rather than working it out: a rule that writes a field it does
+  not declare is wrong under `vmap` (the write is dropped), and
+  `undeclared_changes` finds such a field in the rule's result for one game.
+
+Cost: `custom_vmap` traces the one-game function even when it is batched (the trace is
+discarded); that is Python time at compile, measured in docs/performance.md.
+
+`batched_traces` counts, per rule, how often a batched rule was traced, so that tests can
+fail loudly when `vmap` stops taking a fast path.
 """
 
+import collections
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Int, Int32
+
+# Traces of each batched rule, by the decorated function's module and qualified name
+# (see the module docstring).
+batched_traces: collections.Counter[str] = collections.Counter()
 
 
 def broadcast_unbatched(axis_size: int, in_batched, args):
@@ -29,18 +63,14 @@ def broadcast_unbatched(axis_size: int, in_batched, args):
     return jax.tree.map(broadcast, tuple(args), tuple(in_batched))
 
 
-def all_batched(tree):
-    """The `out_batched` tree of a batching rule whose outputs are all batched."""
-    return jax.tree.map(lambda _: True, tree)
-
-
 def select(pred, a, b):
     """`a` where `pred` else `b`, leaf by leaf, for two pytrees of one structure.
 
-    Leaves that are the same array are kept as they are: no select over data a rule
-    did not touch (the UNDO history, say), which under `vmap` would be a full copy.
+    Every leaf is selected: a caller that knows some leaves are the same in `a` and `b`
+    (the UNDO snapshots, say) leaves them out of the select itself
+    (`state.besides_snapshots`), since under `vmap` a select is a full copy.
     """
-    return jax.tree.map(lambda x, y: x if x is y else jnp.where(pred, x, y), a, b)
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
 def while_needed(most: int, needed: Callable, body: Callable, carry):
@@ -64,76 +94,24 @@ def custom_batching(batched_rule: Callable):
     """Decorator: the function as written when unbatched; `batched_rule(axis_size, *args)`,
     with every leaf of `args` given a leading batch axis, under `vmap`.
 
-    Unlike a bare `jax.custom_batching.custom_vmap`, the function may read array constants
-    (tables) and may be called inside a `lax.cond`/`lax.switch` whose predicate is batched:
-    such a `cond` batches every constant its branches capture, which `custom_vmap` rejects.
-
-    A call that `vmap` batches as it is traced (the common case: straight-line code under
-    `vmap`) never traces the function itself: a first `custom_vmap` (the probe) learns that
-    the call is batched and runs `batched_rule` inside its own batching rule; a second one,
-    whose unbatched version only has the right shapes, hands those results back to the
-    batched code. Only a call traced unbatched (at the top level, or inside a `cond` branch
-    or `jit` that is batched after tracing) traces the function, with its constants made
-    explicit (ignored) arguments, so that `custom_vmap` accepts it wherever it is batched.
+    The function may read array constants and may be called inside a `lax.cond` whose
+    predicate is batched (see the module docstring: it runs inside a `jax.jit`).
     """
 
     def decorate(fun):
-        @functools.wraps(fun)
+        one_game = jax.jit(fun)
+
+        @custom_vmap
         def call(*args):
-            flat, in_tree = jax.tree.flatten(args)
+            return one_game(*args)
 
-            def run_rule(axis_size, in_batched, leaves):
-                leaves = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-                          for x, batched in zip(leaves, in_batched)]
-                return batched_rule(axis_size, *jax.tree.unflatten(in_tree, leaves))
+        @call.def_vmap
+        def _(axis_size, in_batched, *args):
+            batched_traces[f"{fun.__module__}.{fun.__qualname__}"] += 1
+            out = batched_rule(axis_size, *broadcast_unbatched(axis_size, in_batched, args))
+            return out, jax.tree.map(lambda _: True, out)
 
-            found = []  # the batched results, when the probe is batched as it is traced
-
-            @custom_vmap
-            def probe(leaves):
-                return jnp.zeros((), jnp.int32)
-
-            @probe.def_vmap
-            def _(axis_size, in_batched, leaves):
-                if not found and not probe_done:
-                    found.append(run_rule(axis_size, in_batched[0], leaves))
-                return jnp.zeros((), jnp.int32), False
-
-            probe_done = False
-            probe(flat)
-            probe_done = True
-            if found:
-                out = found[0]
-                out_leaves, out_tree = jax.tree.flatten(out)
-
-                @custom_vmap
-                def hand_back(leaves):
-                    # Never evaluated: every call of it is batched (the probe's was).
-                    return [jnp.zeros(x.shape[1:], x.dtype) for x in out_leaves]
-
-                @hand_back.def_vmap
-                def _(axis_size, in_batched, leaves):
-                    return out_leaves, [True] * len(out_leaves)
-
-                return jax.tree.unflatten(out_tree, hand_back(flat))
-
-            closed, out_shape = jax.make_jaxpr(
-                lambda *leaves: fun(*jax.tree.unflatten(in_tree, leaves)),
-                return_shape=True)(*flat)
-
-            @custom_vmap
-            def traced(consts, leaves):
-                return jax.core.eval_jaxpr(closed.jaxpr, consts, *leaves)
-
-            @traced.def_vmap
-            def batched(axis_size, in_batched, consts, leaves):
-                out = jax.tree.leaves(run_rule(axis_size, in_batched[1], leaves))
-                return out, [True] * len(out)
-
-            out = traced(list(closed.consts), flat)
-            return jax.tree.unflatten(jax.tree.structure(out_shape), out)
-
-        return call
+        return functools.wraps(fun)(lambda *args: call(*args))
 
     return decorate
 
@@ -187,56 +165,97 @@ def for_selected_chunks(selected: Bool[Array, " B"], width: int, body: Callable,
     return while_needed(chunks, lambda state: state[0] < n_chunks, run, (jnp.int32(0), carry))[1]
 
 
-def where_selected(rule: Callable, chunk_divisor: int, min_chunk: int):
+# --------------------------------------------------------------------------- field paths
+
+def leaf_paths(tree) -> list[str]:
+    """The path of every leaf of `tree`, in leaf order, as dotted field names
+    (`"board.content"`, `"history.top"`; a tuple's entries are numbered: `"0.board"`)."""
+    return [jax.tree_util.keystr(path, simple=True, separator=".")
+            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def covers(field: str, path: str) -> bool:
+    """Whether the field (or subtree) named `field` holds the leaf at `path`."""
+    return path == field or path.startswith(field + ".")
+
+
+def written_leaves(tree, writes: Sequence[str], owner: str = "rule") -> list[bool]:
+    """For each leaf of `tree`, whether one of the fields named in `writes` holds it.
+
+    A name that matches no leaf is an error (a typo, or a field that was renamed): it
+    would otherwise silently declare nothing.
+    """
+    paths = leaf_paths(tree)
+    unknown = [w for w in writes if not any(covers(w, p) for p in paths)]
+    if unknown:
+        raise ValueError(f"{owner}: writes names {unknown}, which are not fields of the "
+                         f"state; its fields are {sorted(paths)}")
+    return [any(covers(w, p) for w in writes) for p in paths]
+
+
+# --------------------------------------------------------------------------- where_selected
+
+def where_selected(rule: Callable, writes: Sequence[str], chunk_divisor: int, min_chunk: int):
     """`maybe(state, pred, *args)` = `rule(state, pred, *args)` where `pred`, else `state`.
 
     `rule(state, active, *args)` must be a state update that is cheap when `active` is
-    false (its result is then discarded). Unbatched, `maybe` is a `lax.cond`. Batched, it
-    runs `rule` only on the selected games: gathered `chunk` at a time (≈ batch /
-    `chunk_divisor`), updated with `vmap(rule)` and the changed fields scattered back in
-    place, once per chunk of selected games (never when none is selected). Padding entries
-    of the last chunk run with `active` false and are dropped.
+    false (its result is then discarded) and that changes no leaf outside the fields
+    named in `writes` (paths as `leaf_paths` writes them; a field names all its leaves).
+    Unbatched, `maybe` is a `lax.cond`. Batched, it runs `rule` only on the selected
+    games: gathered `chunk` at a time (≈ batch / `chunk_divisor`, at least `min_chunk`),
+    updated with `vmap(rule)` and the written fields scattered back in place, once per
+    chunk of selected games (never when none is selected). Padding entries of the last
+    chunk run with `active` false and are dropped.
+
+    `maybe.rule` and `maybe.writes` are the rule and its declaration (for
+    `undeclared_changes`).
     """
+    writes = tuple(writes)
+    name = rule.__name__
 
     def batched(axis_size, state, pred, *args):
         chunk = min(axis_size, max(min_chunk, axis_size // chunk_divisor))
-        # `rule` on one chunk, traced once: the loop body evaluates this jaxpr, and the
-        # leaves it passes through untouched are read off its outputs.
         leaves, tree = jax.tree.flatten(state)
-        in_leaves, in_tree = jax.tree.flatten((state, pred, args))
+        written = written_leaves(state, writes, name)
 
-        def on_leaves(*xs):
-            st, p, a = jax.tree.unflatten(in_tree, xs)
-            return jax.tree.leaves(jax.vmap(rule)(st, p, *a))
-
-        on_chunk = jax.make_jaxpr(on_leaves)(
-            *(jax.ShapeDtypeStruct((chunk,) + x.shape[1:], x.dtype) for x in in_leaves))
-        invars = on_chunk.jaxpr.invars[:len(leaves)]
-        changed = [out is not var for out, var in zip(on_chunk.jaxpr.outvars, invars)]
-        # Only the leaves the rule changes are carried through the loop: a loop carrying
-        # the UNDO history would copy it whole every step.
-        fixed = {i: x for i, x in enumerate(leaves) if not changed[i]}
-
-        def rebuild(carried):
+        def whole(carried):
+            """All leaves: the written ones from the loop's carry, the others as given."""
             it = iter(carried)
-            return [fixed[i] if i in fixed else next(it) for i in range(len(leaves))]
+            return [next(it) if w else x for x, w in zip(leaves, written)]
+
+        def carried_of(xs):
+            return [x for x, w in zip(xs, written) if w]
 
         def update_chunk(index, carried):
             real = index < axis_size
             source = jnp.minimum(index, axis_size - 1)
-            take = lambda x: x[source]  # noqa: E731
-            taken = [take(x) for x in rebuild(carried)]
-            flat = taken + jax.tree.leaves((real, jax.tree.map(take, args)))
-            updated = jax.core.eval_jaxpr(on_chunk.jaxpr, on_chunk.consts, *flat)
+            take = lambda x: x[source]
+            before = whole(carried)
+            games = tree.unflatten([take(x) for x in before])
+            updated = jax.tree.leaves(jax.vmap(rule)(games, real, *jax.tree.map(take, args)))
             return [x.at[index].set(after, mode="drop")
-                    for i, (x, after) in enumerate(zip(rebuild(carried), updated)) if changed[i]]
+                    for x, after in zip(carried_of(before), carried_of(updated))]
 
-        carried = for_selected_chunks(pred, chunk, update_chunk,
-                                      [x for i, x in enumerate(leaves) if changed[i]])
-        return tree.unflatten(rebuild(carried))
+        # Only the written leaves are carried through the loop: a loop carrying the UNDO
+        # history would copy it whole every step.
+        carried = for_selected_chunks(pred, chunk, update_chunk, carried_of(leaves))
+        return tree.unflatten(whole(carried))
 
-    @custom_batching(batched)
     def maybe(state, pred, *args):
         return jax.lax.cond(pred, lambda: rule(state, pred, *args), lambda: state)
 
+    # `batched_traces` counts it under the rule's name.
+    maybe.__module__, maybe.__name__, maybe.__qualname__ = rule.__module__, name, rule.__qualname__
+    maybe = custom_batching(batched)(maybe)
+    maybe.rule, maybe.writes = rule, writes
     return maybe
+
+
+def undeclared_changes(writes: Sequence[str], before, after) -> list[str]:
+    """The leaves (paths) that differ between `before` and `after`, two versions of one
+    game, outside the fields named in `writes`: for a `where_selected` rule (`maybe.writes`)
+    run on one game, the writes that `vmap` would drop. For tests."""
+    written = written_leaves(before, writes)
+    return [path for path, x, y, w in zip(leaf_paths(before), jax.tree.leaves(before),
+                                          jax.tree.leaves(after), written)
+            if not w and not np.array_equal(np.asarray(x), np.asarray(y))]

@@ -3,6 +3,8 @@
 docs/rules.md.
 """
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -31,7 +33,7 @@ def _compact(state: GameState, active: Bool[Array, ""]) -> GameState:
 
 
 # Under `vmap`, only the games whose lists have holes (a few per step) are compacted.
-_compact_where = batching.where_selected(_compact, 16, 8)
+_compact_where = batching.where_selected(_compact, ("enemies", "transmissions"), 16, 8)
 
 
 def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameState:
@@ -55,7 +57,10 @@ def _fresh_game(current: tuple[GameState, Float32[Array, " obs"]], active: Bool[
 
 
 # Chunks of batch / 64 games: random play ends ~2% of 2048 games a step (one or two chunks).
-_fresh_game_where = batching.where_selected(_fresh_game, 64, 8)
+# The new game and its observation replace every field but the UNDO snapshots.
+_fresh_game_where = batching.where_selected(
+    _fresh_game, [f"0.{f.name}" for f in dataclasses.fields(GameState) if f.name != "history"]
+    + ["0.history.top", "0.history.depth", "1"], 64, 8)
 
 
 def reset_where(done: Bool[Array, ""], state: GameState, obs: Observation, key: Key[Array, ""]
@@ -116,7 +121,10 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
         ran, program_outcome = programs.run_program(state, program, key_program)
     is_move = action < C.ACTION_SIPHON
     is_siphon = action == C.ACTION_SIPHON
-    acted = batching.select(is_move, moved, batching.select(is_siphon, siphoned, ran))
+    # No action writes the UNDO snapshots: the select leaves them out.
+    acted = besides_snapshots(
+        lambda m, o: batching.select(is_move, m, o), moved,
+        besides_snapshots(lambda s, r: batching.select(is_siphon, s, r), siphoned, ran))
     outcome = batching.select(is_move, moved_outcome,
                               batching.select(is_siphon, siphon_outcome, program_outcome))
 

@@ -61,7 +61,7 @@ def _hatch_ticked(state: GameState, active: Bool[Array, ""]) -> GameState:
     return eqx.tree_at(lambda s: (s.enemies, s.transmissions), state, (enemies, transmissions))
 
 
-_hatch_where = batching.where_selected(_hatch_ticked, 16, 8)
+_hatch_where = batching.where_selected(_hatch_ticked, ("enemies", "transmissions"), 16, 8)
 
 
 # ---------------------------------------------------------------------------------------

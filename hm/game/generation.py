@@ -37,6 +37,7 @@ and chunks no game needs are skipped; under a second, outer `vmap` they still gi
 results (the conds become selects).
 """
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -586,9 +587,13 @@ def _new_game_where_active(state, active, key):
     return _new_game(key, active)
 
 
-_maybe_complete_stage = batching.where_selected(_complete_stage, 32, 8)
-_maybe_place_transmissions = batching.where_selected(_place_where_active, 8, 8)
-_maybe_new_game = batching.where_selected(_new_game_where_active, 64, 8)
+# What each rule writes (`batching.where_selected` scatters back only these fields).
+_STAGE_WRITES = ("board", "player.hp", "transmissions", "stage", "turn", "interval", "next_task",
+                 "atk_uses", "show", "calm", "step_active", "won", "history.top", "history.depth")
+_maybe_complete_stage = batching.where_selected(_complete_stage, _STAGE_WRITES, 32, 8)
+_maybe_place_transmissions = batching.where_selected(_place_where_active, ("transmissions",), 8, 8)
+_maybe_new_game = batching.where_selected(
+    _new_game_where_active, [f.name for f in dataclasses.fields(GameState)], 64, 8)
 
 
 def maybe_complete_stage(state: GameState, completed: Bool[Array, ""],

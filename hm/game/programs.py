@@ -36,6 +36,7 @@ all zero. WARP's target list relies on this (entry k is slot k), as it always ha
 the dense programs rely on live enemies having hp > 0 (they kill no one).
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -49,7 +50,7 @@ from jaxtyping import Array, Bool, Int, Int8, Int32, Key, UInt32
 from hm.game import batching, bitboard, geometry
 from hm.game import constants as C
 from hm.game.actions import ActionOutcome, no_outcome
-from hm.game.state import Board, Enemies, GameState, Player, Snapshot, Transmissions, unpack_snapshot
+from hm.game.state import GameState, Player, Snapshot, unpack_snapshot
 
 # Programs run for the whole batch (cheap, or common as PUSH is) and the rest, run only
 # for the games that chose them.
@@ -219,48 +220,41 @@ def _draws(key: UInt32[Array, "R 2"], n_targets: Int32[Array, " R"], impl
 
 # --------------------------------------------------------------------------- effects
 
-class _Game(NamedTuple):
-    """The leaves of a batch of games the programs read (no UNDO history stack)."""
-
-    board: Board
-    player: Player
-    enemies: Enemies
-    transmissions: Transmissions
-    stage: Array
-    turn: Array
-    show: Array
-    calm: Array
-    step_active: Array
-    atk_uses: Array
-    top: Array
-    depth: Array
+# The programs read and return a `GameState` without its UNDO snapshots (`_game`): no
+# program writes them (UNDO reads the top one and moves `top`), and the batched programs
+# gather and scatter every other leaf.
+_Game = GameState
 
 
 class _Changed(NamedTuple):
-    """The leaves a program may change (UNDO restores a whole snapshot) and its outcome.
-    The rest of the state is passed through untouched."""
+    """A program's result: the game (without its UNDO snapshots) and its outcome."""
 
-    board: Board
-    player: Player
-    enemies: Enemies
-    transmissions: Transmissions
-    turn: Array
-    show: Array
-    calm: Array
-    step_active: Array
-    atk_uses: Array
-    top: Array
-    depth: Array
+    game: _Game
     kills: Array
     reached_exit: Array
 
 
+def _stacks(state: GameState) -> tuple:
+    return state.history.small, state.history.wide
+
+
 def _game(state: GameState) -> _Game:
-    h = state.history
-    return _Game(board=state.board, player=state.player, enemies=state.enemies,
-                 transmissions=state.transmissions, stage=state.stage, turn=state.turn,
-                 show=state.show, calm=state.calm, step_active=state.step_active,
-                 atk_uses=state.atk_uses, top=h.top, depth=h.depth)
+    """`state` with `None` for its UNDO snapshots."""
+    return eqx.tree_at(_stacks, state, (None, None))
+
+
+# What the sparse programs write, by field path in `_Changed` (`batching.leaf_paths`):
+# the programs other than UNDO write `_SPARSE_WRITES`; UNDO writes what a snapshot holds
+# (`Snapshot`'s fields) and the stack's top and depth. Every other field of the dense
+# result stands. tests/game/test_batching.py runs the sparse programs on random games and
+# fails if one writes a field outside its declaration (the batch would drop the write).
+_SPARSE_WRITES = (
+    "game.board.content", "game.board.block_points", "game.board.block_program",
+    "game.board.block_question", "game.board.block_spawn", "game.player.row", "game.player.col",
+    "game.player.credits", "game.player.energy", "game.enemies.alive", "game.enemies.kind",
+    "game.enemies.hp", "game.enemies.stunned", "game.transmissions.alive", "kills", "reached_exit")
+_UNDO_WRITES = tuple(f"game.{f.name}" for f in dataclasses.fields(Snapshot)) + (
+    "game.history.top", "game.history.depth")
 
 
 def _column(x: Array) -> Array:
@@ -346,13 +340,12 @@ def _dense(g: _Game, program: Int32[Array, " R"]) -> _Changed:
     reduced = _column(is_(C.REDUC)) & (b.content == C.BLOCK) & ~b.siphoned
     board = eqx.tree_at(lambda x: x.block_spawn, b,
                         jnp.where(reduced, jnp.maximum(b.block_spawn - 1, 0), b.block_spawn))
-    return _Changed(
-        board=board, player=player, enemies=enemies, transmissions=transmissions,
-        turn=g.turn, show=g.show | is_(C.SHOW), calm=g.calm | is_(C.CALM),
-        step_active=g.step_active | is_(C.STEP),
-        atk_uses=g.atk_uses + is_(C.ATK_PLUS).astype(jnp.int32),
-        top=g.top, depth=g.depth, kills=jnp.zeros_like(program),
-        reached_exit=jnp.zeros_like(g.show))
+    game = eqx.tree_at(
+        lambda s: (s.board, s.player, s.enemies, s.transmissions, s.show, s.calm,
+                   s.step_active, s.atk_uses), g,
+        (board, player, enemies, transmissions, g.show | is_(C.SHOW), g.calm | is_(C.CALM),
+         g.step_active | is_(C.STEP), g.atk_uses + is_(C.ATK_PLUS).astype(jnp.int32)))
+    return _Changed(game=game, kills=jnp.zeros_like(program), reached_exit=jnp.zeros_like(g.show))
 
 
 def _take(x: Array, index: Int32[Array, " R"]) -> Array:
@@ -456,21 +449,22 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, " R"],
                          (jnp.where(warp, warp_cell // C.COLS, p.row),
                           jnp.where(warp, warp_cell % C.COLS, p.col)))
     effect = _Changed(
-        board=board, player=player, enemies=enemies, transmissions=transmissions,
-        turn=g.turn, show=g.show, calm=g.calm, step_active=g.step_active,
-        atk_uses=g.atk_uses, top=g.top, depth=g.depth, kills=kills,
-        reached_exit=warp & (_take(b.content, warp_cell) == C.EXIT))
+        game=eqx.tree_at(lambda s: (s.board, s.player, s.enemies, s.transmissions), g,
+                         (board, player, enemies, transmissions)),
+        kills=kills, reached_exit=warp & (_take(b.content, warp_cell) == C.EXIT))
 
     # --- UNDO (§9.10): the top snapshot replaces the state; origin flags come back false ---
     def no_origin(x):
         return eqx.tree_at(lambda y: (y.from_task, y.from_siphon), x,
                            (jnp.zeros_like(x.from_task), jnp.zeros_like(x.from_siphon)))
 
+    restored = {f.name: getattr(snap, f.name) for f in dataclasses.fields(Snapshot)}
+    restored.update(enemies=no_origin(snap.enemies), transmissions=no_origin(snap.transmissions))
+    h = g.history
     undone = _Changed(
-        board=snap.board, player=snap.player, enemies=no_origin(snap.enemies),
-        transmissions=no_origin(snap.transmissions), turn=snap.turn, show=snap.show,
-        calm=snap.calm, step_active=g.step_active, atk_uses=snap.atk_uses,
-        top=(g.top - 1) % C.HISTORY_CAPACITY, depth=g.depth - 1,
+        game=eqx.tree_at(
+            lambda s: (*(getattr(s, name) for name in restored), s.history.top, s.history.depth),
+            g, (*restored.values(), (h.top - 1) % C.HISTORY_CAPACITY, h.depth - 1)),
         kills=jnp.zeros_like(kills), reached_exit=jnp.zeros_like(effect.reached_exit))
     return effect, undone
 
@@ -480,15 +474,11 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, " R"],
 def _sparse_roles(changed: _Changed) -> _Changed:
     """What the sparse programs do to each leaf: "effect" (some program other than UNDO
     may change it), "undo" (only UNDO changes it: elsewhere the dense result stands) or
-    "kept" (no sparse program changes it)."""
-    roles = jax.tree.map(lambda _: "undo", changed)
-    effect = lambda c: (
-        c.board.content, c.board.block_points, c.board.block_program, c.board.block_question,
-        c.board.block_spawn, c.player.row, c.player.col, c.player.credits, c.player.energy,
-        c.enemies.alive, c.enemies.kind, c.enemies.hp, c.enemies.stunned,
-        c.transmissions.alive, c.kills, c.reached_exit)
-    roles = eqx.tree_at(effect, roles, ("effect",) * len(effect(roles)))
-    return eqx.tree_at(lambda c: c.step_active, roles, "kept")
+    "kept" (no sparse program changes it), from `_SPARSE_WRITES` and `_UNDO_WRITES`."""
+    effect = batching.written_leaves(changed, _SPARSE_WRITES, "_SPARSE_WRITES")
+    undo = batching.written_leaves(changed, _UNDO_WRITES, "_UNDO_WRITES")
+    roles = ["effect" if e else "undo" if u else "kept" for e, u in zip(effect, undo)]
+    return jax.tree.unflatten(jax.tree.structure(changed), roles)
 
 
 def _run_batch(state: GameState, program: Int32[Array, " B"], key: UInt32[Array, "B 2"],
@@ -559,13 +549,8 @@ def run_program(state: GameState, program: Int32[Array, ""], key: Key[Array, ""]
 
     changed = run_one(state, program, data)
 
-    new = eqx.tree_at(
-        lambda s: (s.board, s.player, s.enemies, s.transmissions, s.turn, s.show, s.calm,
-                   s.step_active, s.atk_uses, s.history.top, s.history.depth),
-        state,
-        (changed.board, changed.player, changed.enemies, changed.transmissions,
-         changed.turn, changed.show, changed.calm, changed.step_active, changed.atk_uses,
-         changed.top, changed.depth))
+    # The snapshots, which no program writes, come back from `state`.
+    new = eqx.tree_at(_stacks, changed.game, _stacks(state), is_leaf=lambda x: x is None)
     outcome = eqx.tree_at(lambda o: (o.kills, o.reached_exit), no_outcome(),
                           (changed.kills, changed.reached_exit))
     return new, outcome

@@ -1,8 +1,9 @@
 """Learning benchmark: does a training config produce agents that play well?
 
 It trains one configuration for a fixed env-step budget over `--num-seeds` seeds
-(`--seed`, `--seed + 1`, ...), stops each run at its start and at `--eval-points` evenly spaced points
-(the last at the end), and evaluates the policy of that moment on held-out games with
+(`--seed`, `--seed + 1`, ...), as one population (`bin/train --num-seeds`: every seed in
+one compiled program), stops it at its start and at `--eval-points` evenly spaced points
+(the last at the end), and evaluates each seed's policy of that moment on held-out games with
 `hm.tools.evaluate` — ordinary games from stage 1, drawn from the evaluation seed
 family, which training never uses. The scripted baselines (uniform random and greedy)
 are evaluated once on the same games, so every number has a reference.
@@ -14,7 +15,8 @@ are evaluated once on the same games, so every number has a reference.
 Every `bin/train` flag is accepted and means what it means there. Each evaluation is
 one JSON line in `--out` (the format of the other benchmarks: `name`, `config`,
 `metrics`, ...), with the env steps and the training wall-clock seconds at which it was
-taken, so configurations can be compared per env step and per second. The plot shows
+taken (the population's wall-clock: the seeds trained together), so configurations can be
+compared per env step and per second. The plot shows
 evaluation return and mean highest stage against env steps, one line per seed, with
 the baselines as dashed lines; the summary table (printed at the end) is what
 `docs/learning.md` quotes. `--compare RESULTS --plot FILE` draws every configuration
@@ -43,7 +45,7 @@ class LearningArgs(TrainArgs):
     """Train one config over several seeds and evaluate it along the way (see the module doc).
     Every bin/train flag applies to each seed's run."""
 
-    num_seeds: int = 3  # Seeds to train (seed, seed+1, ...), one run each.
+    num_seeds: int = 3  # Seeds to train (seed, seed+1, ...), together as one population.
     eval_points: int = 5  # Evaluations per run, evenly spaced in env steps (the last at the end).
     eval_episodes: int = 256  # Held-out games per evaluation.
     eval_seed: int = 0  # Which held-out games (hm.tools.evaluate's evaluation seed family).
@@ -58,6 +60,9 @@ def _check(args: LearningArgs, parser: LearningArgs) -> None:
         value = getattr(args, name)
         if value < low:
             parser.error(f"--{name.replace('_', '-')} must be an integer >= {low}; got {value}")
+    if args.sweep:
+        parser.error("--sweep: the learning benchmark measures one configuration; run it once per "
+                     "setting, each with its own --label")
     for name in ("out", "plot"):
         path = getattr(args, name)
         if path is not None and path.exists() and path.is_dir():
@@ -99,12 +104,14 @@ def evaluate_baseline(name: str, args: LearningArgs) -> dict[str, float]:
     return report.summary()
 
 
-def train_seed(args: LearningArgs, seed: int, runs_dir: pathlib.Path, record) -> list[dict[str, Any]]:
-    """One seed's run with its evaluations; `record(row)` is called after each evaluation."""
+def train_population(args: LearningArgs, runs_dir: pathlib.Path, record) -> list[dict[str, Any]]:
+    """Every seed's run, as one population, with its evaluations; `record(row)` is called
+    after each evaluation of each seed."""
+    from hm.train import member_of
     from hm.train.run import RunOptions, Trainer
 
-    config = aligned(dataclasses.replace(args.train_config(), seed=seed), args.eval_points)
-    options = RunOptions(runs_dir=runs_dir, run_name=f"{args.label}-seed{seed}", progress=False,
+    config = aligned(args.train_config(), args.eval_points)
+    options = RunOptions(runs_dir=runs_dir, run_name=args.label, progress=False,
                          save_interval=1 << 30, keep_checkpoints=1,
                          compile_cache=pathlib.Path(args.compile_cache) if args.compile_cache else None)
     trainer = Trainer(config, options, console=io.StringIO())
@@ -116,15 +123,18 @@ def train_seed(args: LearningArgs, seed: int, runs_dir: pathlib.Path, record) ->
             while trainer.env_steps < mark and not trainer.done:
                 trainer.call()
                 if trainer.diverged:
-                    raise RuntimeError(f"seed {seed} diverged (NaN/inf) at {trainer.env_steps} env steps")
+                    raise RuntimeError(f"the population diverged (NaN/inf) at {trainer.env_steps} env steps")
             train_seconds += time.perf_counter() - started
-            summary = evaluate_params(jax.device_get(trainer.state.params), args, trainer.resolved.precision)
-            row = {"seed": seed, "env_steps": trainer.env_steps, "train_seconds": train_seconds,
-                   "compile_seconds": trainer.compile_seconds or 0.0, **summary}
-            rows.append(row)
-            record(row)
-            print(f"  {args.label} seed {seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
-                  + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE))
+            params = jax.device_get(trainer.state.params)
+            for member in trainer.members:
+                summary = evaluate_params(member_of(params, member.index), args, trainer.resolved.precision)
+                row = {"seed": member.seed, "env_steps": trainer.env_steps, "train_seconds": train_seconds,
+                       "population": len(trainer.members),
+                       "compile_seconds": trainer.compile_seconds or 0.0, **summary}
+                rows.append(row)
+                record(row)
+                print(f"  {args.label} seed {member.seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
+                      + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE))
         trainer.save()
         trainer.export_policy()
     finally:
@@ -217,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         print(f"plot: {args.plot}")
         return [row for mine in rows_by_label.values() for row in mine]
     runs_dir = pathlib.Path(args.runs_dir) / f"bench-learning-{time.strftime('%Y%m%d-%H%M%S')}"
-    config = {**{k: v for k, v in dataclasses.asdict(args.train_config()).items() if k != "seed"},
+    config = {**{k: v for k, v in dataclasses.asdict(args.train_config()).items()
+                 if k not in ("seed", "num_seeds", "sweep")},
               "label": args.label, "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}
 
     def record(row: dict[str, Any]) -> None:
@@ -226,9 +237,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     baselines = {name: evaluate_baseline(name, args) for name in ("random", "greedy")}
     for name, summary in baselines.items():
         record({"baseline": name, **summary})
-    rows = []
-    for i in range(args.num_seeds):
-        rows += train_seed(args, args.seed + i, runs_dir, record)
+    rows = train_population(args, runs_dir, record)
     table = summary_table(args.label, rows, baselines)
     print(table)
     if args.plot is not None:

@@ -10,6 +10,11 @@ the ratio game/null says how much of the time the game costs (issue 3 asks >= 85
     python -m bench.bench_train --env game --repeats 2 --out bench/results/train.jsonl
     python -m bench.bench_train --compile-cache /tmp/cache   # run twice: warm-cache start
     python -m bench.bench_train --env game --network mlp conv   # networks side by side
+    python -m bench.bench_train --env game --num-seeds 1 4        # a population of 4 beside one run
+
+A population (`--num-seeds N`, N members in one program, `num_envs` env slots each)
+reports its steps per second summed over the members, so a population of N that is
+as efficient as N runs one after another reports the single run's number.
 
 Each result also reports the network's floating-point operations per sample (forward,
 and forward + parameter gradient, as XLA counts them) and per env step of PPO (one
@@ -37,6 +42,7 @@ class Args(Tap):
     env: Literal["both", "game", "null"] = "both"  # which environment(s) to train on
     network: list[Literal["mlp", "conv"]] = ["mlp"]  # network kind(s); several are timed interleaved
     critic: Literal["shared", "separate"] = "shared"  # the value head's trunk
+    num_seeds: list[int] = [1]  # population size(s): N members of num_envs each; several are timed interleaved
     repeats: int = 3  # timed calls after the first; the median is reported
     devices: int = 1  # devices to shard over (on CPU: forced host devices)
     seed: int = 0  # PRNG seed
@@ -44,8 +50,9 @@ class Args(Tap):
     out: pathlib.Path | None = None  # append results as JSON lines to this file
 
 
-def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
-    """The fused training call on `env_name` with `network`, its first carry and its settings."""
+def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1) -> dict[str, Any]:
+    """The fused training call on `env_name` with `network` for a population of
+    `num_seeds`, its first carry and its settings."""
     from hm.train import (
         HackMatrixEnv,
         NullEnv,
@@ -53,6 +60,7 @@ def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
         init,
         make_mesh,
         make_train_fn,
+        member_of,
         resolve,
         validate,
     )
@@ -61,7 +69,8 @@ def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
     config = TrainConfig(num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=args.num_envs * args.num_steps * 1000,
                          updates_per_call=args.updates_per_call, precision=args.precision,
-                         seed=args.seed, devices=args.devices, network=network, critic=args.critic)
+                         seed=args.seed, devices=args.devices, network=network, critic=args.critic,
+                         num_seeds=num_seeds)
     validate(config, jax.device_count())
     resolved = resolve(config, jax.default_backend(), jax.device_count())
     env = HackMatrixEnv() if env_name == "game" else NullEnv()
@@ -69,7 +78,8 @@ def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
 
     start = time.perf_counter()
     state = jax.block_until_ready(init(resolved, env=env, mesh=mesh))
-    print(f"  init on {env_name} with {network} (first games, parameters) {time.perf_counter() - start:.1f} s")
+    print(f"  init on {env_name} with {network}, {num_seeds} member(s) (first games, parameters) "
+          f"{time.perf_counter() - start:.1f} s")
     train = make_train_fn(resolved, env, mesh)
     # time_calls feeds each call's output to the next: carry the metrics along
     metrics = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(train, state)[1])
@@ -81,11 +91,13 @@ def prepare(args: Args, env_name: str, network: str) -> dict[str, Any]:
     # (bench/compare.py) with those of commits from before there was a choice.
     if (network, args.critic) != ("mlp", "shared"):
         settings.update(network=network, critic=args.critic)
-    flops = flops_per_sample(jax.device_get(state.params))
+    if num_seeds != 1:
+        settings.update(num_seeds=num_seeds)
+    flops = flops_per_sample(jax.device_get(member_of(state.params, 0)))
     flops["ppo_per_env_step"] = flops["forward"] + resolved.update_epochs * flops["forward_backward"]
     return {"step": jax.jit(lambda carry: train(carry[0]), donate_argnums=0),
             "carry": (state, metrics), "settings": settings, "flops": flops,
-            "steps_per_call": resolved.steps_per_call}
+            "steps_per_call": resolved.steps_per_call * num_seeds, "num_seeds": num_seeds}
 
 
 def main(args: Args) -> list[dict[str, Any]]:
@@ -96,7 +108,8 @@ def main(args: Args) -> list[dict[str, Any]]:
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     envs = ["game", "null"] if args.env == "both" else [args.env]
-    runs = [prepare(args, name, network) for name in envs for network in args.network]
+    runs = [prepare(args, name, network, seeds) for name in envs for network in args.network
+            for seeds in args.num_seeds]
     # Timed calls alternate between the runs: this VM's speed drifts by tens of percent
     # over minutes, and the game/null (or network/network) ratio is only meaningful
     # measured together.
@@ -109,7 +122,15 @@ def main(args: Args) -> list[dict[str, Any]]:
         print("  FLOPs per sample: forward {flops_forward:,.0f}, forward+backward {flops_forward_backward:,.0f}; "
               "per PPO env step {flops_ppo_per_env_step:,.0f}".format(**flops))
         results.append(common.record_line("train", r["settings"], {**result["metrics"], **flops}, args.out))
-    if args.env == "both" and len(args.network) == 1:
+    singles = {(r["settings"]["env"], r["settings"].get("network")): result
+               for r, result in zip(runs, results) if r["num_seeds"] == 1}
+    for r, result in zip(runs, results):
+        single = singles.get((r["settings"]["env"], r["settings"].get("network")))
+        if r["num_seeds"] != 1 and single is not None:
+            ratio = result["metrics"]["steps_per_s"] / single["metrics"]["steps_per_s"]
+            print(f"{r['settings']['env']}: population of {r['num_seeds']} / single run, steps/s summed "
+                  f"over members: {ratio:.1%} (timed calls interleaved)")
+    if args.env == "both" and len(args.network) == 1 and len(args.num_seeds) == 1:
         ratio = results[0]["metrics"]["steps_per_s"] / results[1]["metrics"]["steps_per_s"]
         print(f"game / null throughput: {ratio:.1%} (timed calls interleaved)")
     return results

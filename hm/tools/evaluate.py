@@ -80,7 +80,7 @@ from hm.command import Command, check_int, check_output_file, check_seed, use_co
 from hm.game import constants as C
 from hm.game import geometry
 from hm.tools.players import AbstractPlayer, GreedyPlayer, NetworkPlayer, random_player
-from hm.tools.policy import PolicyError, load
+from hm.tools.policy import PolicyError, load, members_of
 from hm.train.config import TrainConfig
 from hm.train.network import Network
 from hm.train.precision import DTYPES
@@ -420,6 +420,8 @@ class EvaluateArgs(Command):
     greedy: bool = False  # Play the policy's likeliest action instead of sampling (the random baseline always samples).
     baseline: list[Literal["random", "greedy"]] = []  # Also (or only) evaluate baselines: random, greedy (scripted), or both.
     json: Path | None = None  # Write the report to this file as JSON.
+    member: str | None = None  # A population's member, by index or name; default: the best by recent return.
+    all_members: bool = False  # Evaluate every member of a population: one row each, and mean +- std over seeds per setting.
 
     def configure(self) -> None:
         self.add_argument("policy", nargs="?", metavar="RUN_OR_POLICY")
@@ -433,10 +435,81 @@ class EvaluateArgs(Command):
         check_int(self, "--episodes", self.episodes, 1)
         check_int(self, "--max-steps", self.max_steps, 1)
         check_seed(self, self.seed)
+        if (self.member is not None or self.all_members) and self.policy is None:
+            self.error("--member and --all-members need RUN_OR_POLICY: the run whose population to read")
+        if self.member is not None and self.all_members:
+            self.error("give --member or --all-members, not both")
         if self.greedy and self.policy is None:
             self.error("--greedy needs RUN_OR_POLICY: it plays the policy's likeliest action")
         if self.json is not None:
             check_output_file(self, "--json", self.json)
+
+
+# The columns of `--all-members`: (heading, summary key, format).
+MEMBER_COLUMNS = (("return", "return_mean", "+.3f"), ("stage", "highest_stage_mean", ".2f"),
+                  ("win", "win_rate", ".3f"), ("siphoned", "siphon_episode_rate", ".3f"),
+                  ("program", "program_episode_rate", ".3f"), ("length", "length_mean", ".1f"))
+
+
+def setting_of(row: dict[str, Any]) -> str:
+    """A member's setting: its name without the seed (`lr=0.001,seed=2` -> `lr=0.001`)."""
+    parts = [part for part in row["name"].split(",") if not part.startswith("seed=")]
+    return ",".join(parts) or "(defaults)"
+
+
+def group_by_setting(table: list[dict[str, Any]], reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per setting, over its seeds: each column's mean and (population) std, and the seeds."""
+    groups: dict[str, list[int]] = {}
+    for row in table:
+        groups.setdefault(setting_of(row), []).append(row["index"])
+    out = {}
+    for setting, indices in groups.items():
+        figures = {"seeds": [table[i]["seed"] for i in indices]}
+        for _, key, _ in MEMBER_COLUMNS:
+            values = np.array([reports[i][key] for i in indices], np.float64)
+            figures[key] = {"mean": float(values.mean()), "std": float(values.std())}
+        out[setting] = figures
+    return out
+
+
+def format_members(table: list[dict[str, Any]], reports: list[dict[str, Any]],
+                   groups: dict[str, dict[str, Any]]) -> str:
+    """One row per member, then one per setting with mean +- std over its seeds."""
+    width = max(len("member"), *(len(row["name"]) for row in table), *(len(g) for g in groups)) + 2
+    head = "".join(h.rjust(16) for h, _, _ in MEMBER_COLUMNS)
+    lines = ["  #  " + "member".ljust(width) + head]
+    for row, report in zip(table, reports):
+        cells = "".join(format(report[key], spec).rjust(16) for _, key, spec in MEMBER_COLUMNS)
+        lines.append(f"{row['index']:>3}  " + row["name"].ljust(width) + cells)
+    lines += ["", "     " + "setting (mean +- std over seeds)".ljust(width) + head]
+    for setting, figures in groups.items():
+        cells = "".join(
+            f"{format(figures[key]['mean'], spec)}+-{figures[key]['std']:.2g}".rjust(16)
+            for _, key, spec in MEMBER_COLUMNS)
+        lines.append("     " + f"{setting} (n={len(figures['seeds'])})".ljust(width) + cells)
+    return "\n".join(lines)
+
+
+def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policies: list, out) -> int:
+    """`--all-members`: every member on the same games, a row each and per-setting means."""
+    print(f"{len(table)} members of {args.policy}; {args.episodes} episodes of at most "
+          f"{args.max_steps} steps each, seed {args.seed}", file=out, flush=True)
+    reports = [summarise(run_episodes(make_player(p.network, args.greedy), args.episodes,
+                                      args.max_steps, args.seed)) for p in policies]
+    groups = group_by_setting(table, reports)
+    print(format_members(table, reports, groups), file=out)
+    if args.json is not None:
+        document = {
+            "schema_version": SCHEMA_VERSION,
+            "policy": str(args.policy),
+            "episodes": args.episodes, "max_steps": args.max_steps, "seed": args.seed,
+            "greedy": args.greedy, "game_version": C.GAME_VERSION,
+            "members": [{**row, "report": report} for row, report in zip(table, reports)],
+            "settings": groups,
+        }
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        print(f"wrote {args.json}", file=out)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None, stdout=None) -> int:
@@ -445,11 +518,19 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
     parser = EvaluateArgs(prog="bin/evaluate")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     policy = None
+    if args.all_members:
+        try:
+            table = members_of(args.policy)
+            policies = [load(args.policy, member=row["index"]) for row in table]
+        except PolicyError as error:
+            parser.error(f"--all-members: {error}")
+        use_compile_cache()
+        return _evaluate_members(args, table, policies, out)
     if args.policy is not None:
         try:
-            policy = load(args.policy)
+            policy = load(args.policy, member=args.member)
         except PolicyError as error:
-            parser.error(f"RUN_OR_POLICY: {error}")
+            parser.error(f"{'--member' if args.member is not None else 'RUN_OR_POLICY'}: {error}")
     use_compile_cache()
 
     players: dict[str, AbstractPlayer] = {}

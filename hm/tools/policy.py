@@ -3,6 +3,8 @@
 `load` takes whatever a person is likely to point at: a run directory (its exported
 `policy.eqx` if training finished, else its latest checkpoint's parameters), a
 `policy.eqx`/`policy.json` file, a `checkpoints/` directory or one checkpoint file.
+A population's checkpoint holds every member: `member` picks one by index or name, and
+by default the best by recent mean episode return (the one a finished run exports).
 Anything else, or a policy that does not fit this game's observation and actions or
 rules version, raises `PolicyError` with the reason, before any array is built.
 
@@ -45,12 +47,49 @@ class Policy:
     network: Network
     architecture: Architecture
     source: str
+    member: str | None = None   # the member's name, for a policy taken from a population
 
 
 class _Params(eqx.Module):
-    """A template whose key paths are those of the parameters inside a `TrainState`."""
+    """A template whose key paths are those of the parameters inside a `TrainState`
+    (each leaf with the member axis in front)."""
 
     params: Network
+
+
+def pick_member(table: list[dict[str, Any]], member: int | str | None, where: Path) -> int:
+    """The index of `member` (an index, or a name) in a population's member table; None:
+    the best by recent mean episode return (the first member when none is known)."""
+    if member is None:
+        known = [(row["recent_return"], -row["index"]) for row in table
+                 if row.get("recent_return") is not None]
+        return -max(known)[1] if known else 0
+    names = [row["name"] for row in table]
+    if isinstance(member, int) or (isinstance(member, str) and member.isdigit()):
+        index = int(member)
+        if not 0 <= index < len(table):
+            raise PolicyError(f"{where}: no member {index}; it holds {len(table)} "
+                              f"(0..{len(table) - 1}: {', '.join(names)})")
+        return index
+    if member not in names:
+        raise PolicyError(f"{where}: no member named {member!r}; its members are: {', '.join(names)}")
+    return names.index(member)
+
+
+def members_of(path: str | Path) -> list[dict[str, Any]]:
+    """The member table (index, name, seed, hyper, recent_return) of the checkpoint that
+    `path` names (a run directory: its latest checkpoint).
+
+    Raises:
+        PolicyError: no checkpoint there.
+    """
+    path = Path(path).expanduser()
+    try:
+        found = checkpoint.find_checkpoint(path.parent if path.name in (
+            checkpoint.POLICY_PARAMS, checkpoint.POLICY_META) else path)
+        return checkpoint.read_meta(found).members
+    except CheckpointError as error:
+        raise PolicyError(f"{path}: no checkpoint with the population's members: {error}") from None
 
 
 def _misfits(stored: Architecture) -> list[str]:
@@ -94,10 +133,13 @@ def _load_exported(run_dir: Path) -> Policy:
         raise PolicyError(str(error)) from None
     source = _provenance(params_path, description.get("run_name"), description.get("update"),
                          description.get("env_steps"))
-    return Policy(network=network, architecture=stored, source=source)
+    member = description.get("member")
+    if member is not None and len(description.get("members", [])) > 1:
+        source += f", member {member}"
+    return Policy(network=network, architecture=stored, source=source, member=member)
 
 
-def _load_checkpoint(path: Path) -> Policy:
+def _load_checkpoint(path: Path, member: int | str | None = None) -> Policy:
     """The parameters of one training checkpoint (optimizer and games are not read)."""
     try:
         meta = checkpoint.read_meta(path)
@@ -114,7 +156,11 @@ def _load_checkpoint(path: Path) -> Policy:
         like = checkpoint.network_like(stored)
     except CheckpointError as error:
         raise PolicyError(f"{path}: {error}") from None
-    template = _Params(params=like)
+    count = len(meta.members)
+    template = _Params(params=jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((count,) + x.shape, x.dtype) if eqx.is_array_like(x)
+        or isinstance(x, jax.ShapeDtypeStruct) else x, like))
+    index = pick_member(meta.members, member, path)
     if problems := checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX):
         raise PolicyError(f"{path}: its parameters are not the network its meta describes: "
                           + "; ".join(problems[:3]))
@@ -122,16 +168,21 @@ def _load_checkpoint(path: Path) -> Policy:
         arrays = checkpoint.read_arrays(path, prefix=checkpoint.PARAMS_PREFIX)
     except CheckpointError as error:
         raise PolicyError(str(error)) from None
-    network = jax.device_put(checkpoint.fill(template, arrays, prefix=checkpoint.PARAMS_PREFIX).params)
+    population = checkpoint.fill(template, arrays, prefix=checkpoint.PARAMS_PREFIX).params
+    network = jax.device_put(jax.tree.map(lambda x: x[index] if eqx.is_array(x) else x, population))
+    name = meta.members[index]["name"]
     source = _provenance(path, meta.run_name, meta.update, meta.env_steps)
-    return Policy(network=network, architecture=stored, source=source)
+    if count > 1:
+        source += f", member {index} ({name})"
+    return Policy(network=network, architecture=stored, source=source, member=name)
 
 
-def load(path: str | Path) -> Policy:
+def load(path: str | Path, member: int | str | None = None) -> Policy:
     """The policy at `path`: a run directory, `policy.eqx`/`policy.json`, or a checkpoint.
 
     A run directory's exported policy is preferred (it is the final one); without it the
-    latest checkpoint is used, so a run still training can be watched.
+    latest checkpoint is used, so a run still training can be watched. Naming a `member`
+    (index or name) reads it from the checkpoint, which holds the whole population.
 
     Raises:
         PolicyError: nothing usable there; the message names the path and the reason.
@@ -139,6 +190,15 @@ def load(path: str | Path) -> Policy:
     path = Path(path).expanduser()
     if not path.exists():
         raise PolicyError(f"{path} does not exist")
+    if member is not None and (path.is_dir() or path.name in (checkpoint.POLICY_PARAMS,
+                                                              checkpoint.POLICY_META)):
+        where = path if path.is_dir() else path.parent
+        try:
+            found = checkpoint.find_checkpoint(where)
+        except CheckpointError:
+            raise PolicyError(f"{where}: --member needs the run's checkpoint (it holds every "
+                              f"member), and there is none under {where}") from None
+        return _load_checkpoint(found, member)
     if path.is_dir():
         if (path / checkpoint.POLICY_META).exists() or (path / checkpoint.POLICY_PARAMS).exists():
             return _load_exported(path)
@@ -148,10 +208,10 @@ def load(path: str | Path) -> Policy:
             raise PolicyError(
                 f"{path} is not a run directory: it holds neither {checkpoint.POLICY_PARAMS} + "
                 f"{checkpoint.POLICY_META} nor {checkpoint.CHECKPOINTS_DIR}/ckpt_*.ckpt") from None
-        return _load_checkpoint(found)
+        return _load_checkpoint(found, member)
     if path.name in (checkpoint.POLICY_PARAMS, checkpoint.POLICY_META):
         return _load_exported(path.parent)
-    return _load_checkpoint(path)
+    return _load_checkpoint(path, member)
 
 
 def uniform_network(like: Network | None = None) -> Network:

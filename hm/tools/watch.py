@@ -132,6 +132,7 @@ class WatchArgs(Command):
     html: Path | None = None  # Also write the games as a self-contained HTML replay (board pictures, controls, per-step panel).
     gif: Path | None = None  # Also write the games as an animated GIF.
     fps: float = 4.0  # Playback speed of --html and --gif, in steps per second (> 0).
+    member: str | None = None  # A population's member, by index or name; default: the best by recent return.
 
     def configure(self) -> None:
         self.add_argument("policy", metavar="RUN_OR_POLICY")
@@ -155,9 +156,9 @@ def main(argv: Sequence[str] | None = None, stdout: io.TextIOBase | None = None)
     parser = WatchArgs(prog="bin/watch")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        policy = load(args.policy)
+        policy = load(args.policy, member=args.member)
     except PolicyError as error:
-        parser.error(f"RUN_OR_POLICY: {error}")
+        parser.error(f"{'--member' if args.member is not None else 'RUN_OR_POLICY'}: {error}")
     use_compile_cache()
     print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out, flush=True)
     record = [] if args.html is not None or args.gif is not None else None

@@ -35,7 +35,9 @@ import numpy as np
 
 from hm.train.mesh import to_host
 
-FORMAT = "hm-checkpoint/1"
+FORMAT = "hm-checkpoint/2"
+# Format 1 held one agent without a member axis (before populations).
+_EARLIER_FORMATS = {"hm-checkpoint/1": "it was written before populations, by an earlier version of hm"}
 CHECKPOINTS_DIR = "checkpoints"
 KEEP_LAST = 3
 POLICY_FORMAT = "hm-policy/1"
@@ -105,6 +107,8 @@ class CheckpointMeta:
     run_name: str
     leaves: dict[str, tuple[tuple[int, ...], str]]
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The population, in member order: index, name, seed, hyper, recent_return.
+    members: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     saved_at: str = ""
     format: str = FORMAT
 
@@ -115,7 +119,9 @@ class CheckpointMeta:
     def from_json(cls, text: str) -> "CheckpointMeta":
         raw = json.loads(text)
         if raw.get("format") != FORMAT:
-            raise CheckpointError(f"unknown checkpoint format {raw.get('format')!r}, expected {FORMAT!r}")
+            why = _EARLIER_FORMATS.get(raw.get("format"), "unknown format")
+            raise CheckpointError(f"checkpoint format {raw.get('format')!r} cannot be read ({why}); "
+                                  f"this version reads {FORMAT!r}")
         raw["architecture"] = Architecture(**raw["architecture"])
         raw["layout"] = Layout(**raw["layout"])
         raw["leaves"] = {name: (tuple(shape), dtype) for name, (shape, dtype) in raw["leaves"].items()}
@@ -123,10 +129,17 @@ class CheckpointMeta:
 
 
 def refusal_reasons(
-    meta: CheckpointMeta, architecture: Architecture, game_version: int, env: Mapping[str, Any] | None = None
+    meta: CheckpointMeta, architecture: Architecture, game_version: int, env: Mapping[str, Any] | None = None,
+    member_names: list[str] | None = None,
 ) -> list[str]:
     """Why a checkpoint cannot continue this run (empty when it can)."""
     reasons = meta.architecture.mismatches(architecture)
+    if member_names is not None:
+        had = [m["name"] for m in meta.members]
+        if had != list(member_names):
+            reasons.append(f"population: the checkpoint holds {len(had)} member(s) ({', '.join(had)}), "
+                           f"this run asks for {len(member_names)} ({', '.join(member_names)}); "
+                           "--num-seeds, --seed and --sweep must be those of the run resumed")
     if meta.game_version != game_version:
         reasons.append(
             f"game version: checkpoint was trained on rules version {meta.game_version}, "

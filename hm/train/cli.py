@@ -47,6 +47,8 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     max_episode_steps: int = _CONFIG.max_episode_steps  # Truncate (and bootstrap) episodes at this length (>= 1).
     updates_per_call: int | None = _CONFIG.updates_per_call  # PPO updates fused into one compiled call (>= 1); default: auto.
     devices: int | None = _CONFIG.devices  # Use only the first N devices (1..available); default: all.
+    num_seeds: int = _CONFIG.num_seeds  # Train a population of N members with seeds SEED, SEED+1, ... in one program (1..1024).
+    sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/populations.md.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
     save_interval: int | None = _OPTIONS.save_interval  # Checkpoint every N updates instead of by time (>= 1).
@@ -62,8 +64,19 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     no_progress: bool = False  # Draw no progress bar (console lines are still printed).
     profile: Path | None = _OPTIONS.profile  # Write a jax.profiler trace of one call (the first after compiling) to this directory.
 
+    def configure(self) -> None:
+        self.add_argument("--sweep", nargs="+", action="extend", default=[], metavar="KEY=V1,V2,...")
+
+    def process_args(self) -> None:
+        try:
+            self.parsed_sweep = parse_sweep(self.sweep)
+        except ConfigError as error:
+            self.error(error.message)
+
     def train_config(self) -> TrainConfig:
-        return TrainConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)})
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)}
+        fields["sweep"] = self.parsed_sweep
+        return TrainConfig(**fields)
 
     def run_options(self) -> RunOptions:
         return RunOptions(
@@ -82,6 +95,30 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
             progress=not self.no_progress,
             profile=self.profile,
         )
+
+
+def parse_sweep(specs: Sequence[str]) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """`["lr=1e-4,3e-4", "ent-coef=0.01"]` -> `(("lr", (1e-4, 3e-4)), ("ent_coef", (0.01,)))`.
+
+    Only the form is checked here; `config.validate` checks the keys and ranges.
+
+    Raises:
+        ConfigError: a spec that is not KEY=V1,V2,... with numbers.
+    """
+    out = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        if not sep or not key:
+            raise ConfigError("--sweep", f"--sweep takes KEY=V1,V2,... (e.g. lr=1e-4,3e-4); got {spec!r}")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        numbers = []
+        for item in items:
+            try:
+                numbers.append(float(item))
+            except ValueError:
+                raise ConfigError("--sweep", f"--sweep {key}: {item!r} is not a number") from None
+        out.append((key.strip().replace("-", "_"), tuple(numbers)))
+    return tuple(out)
 
 
 def explicit_fields(argv: Sequence[str]) -> frozenset[str]:

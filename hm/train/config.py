@@ -21,9 +21,16 @@ For a larger batch, `scale = batch / 32768`:
 
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
+
+Populations. `num_seeds` and `sweep` make one run train several members in one program
+(`hm.train.learner`): one member per combination of the swept values, times each seed
+`seed, seed + 1, ...`. Only the hyper-parameters in `SWEEPABLE` can be swept: they are
+traced values of the program, so members differ in them without changing any array's
+shape. `members(resolved)` lists the members in their fixed order.
 """
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Literal
 
@@ -42,6 +49,10 @@ TARGET_STEPS_PER_CALL = 1 << 18
 # The per-call env-step count is reported as an int32.
 MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
+# Hyper-parameters a population may sweep: scalars the program reads as traced values.
+SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm")
+# Members of one population, at most (each holds its own envs, parameters and optimizer).
+MAX_MEMBERS = 1024
 
 PRECISIONS = ("auto", "f32", "bf16")
 # Network kinds and critic options (`hm.train.network`); here so the config imports no JAX.
@@ -83,6 +94,9 @@ class TrainConfig:
     max_episode_steps: int = 1000
     updates_per_call: int | None = None
     devices: int | None = None
+    num_seeds: int = 1
+    # ((field, (value, ...)), ...): one member per combination (see `members`).
+    sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +130,8 @@ class ResolvedConfig:
     devices: int
     backend: str
     auto: tuple[str, ...] = ()
+    num_seeds: int = 1
+    sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def batch_size(self) -> int:
@@ -142,7 +158,42 @@ class ResolvedConfig:
 
     @property
     def steps_per_call(self) -> int:
+        """Env steps of one call, per member."""
         return self.batch_size * self.updates_per_call
+
+    @property
+    def num_members(self) -> int:
+        return self.num_seeds * math.prod(len(values) for _, values in self.sweep)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One member of a population: its seed and hyper-parameters, and its name.
+
+    `name` is what the member is known by in TensorBoard and the tools: the swept
+    settings and the seed, e.g. `lr=0.0001,ent-coef=0.01,seed=1`.
+    """
+
+    index: int
+    name: str
+    seed: int
+    hyper: dict[str, float]   # every field of SWEEPABLE, swept or not
+
+
+def members(config: "ResolvedConfig") -> list[Member]:
+    """The population's members: each combination of the swept values (in the order the
+    flags gave them, the last key varying fastest), then each seed within it."""
+    names = [name for name, _ in config.sweep]
+    out = []
+    for combination in itertools.product(*(values for _, values in config.sweep)):
+        for offset in range(config.num_seeds):
+            settings = dict(zip(names, combination))
+            hyper = {name: float(settings.get(name, getattr(config, name))) for name in SWEEPABLE}
+            seed = config.seed + offset
+            label = [f"{name.replace('_', '-')}={value:g}" for name, value in settings.items()]
+            out.append(Member(index=len(out), name=",".join(label + [f"seed={seed}"]), seed=seed,
+                              hyper=hyper))
+    return out
 
 
 def effective_devices(config: TrainConfig, available: int) -> int:
@@ -225,6 +276,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm"):
         fields[name] = float(fields[name])
+    fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     return ResolvedConfig(**fields)
 
 
@@ -327,6 +379,54 @@ def validate(config: TrainConfig, num_devices: int) -> None:
             "--updates-per-call",
             f"--updates-per-call x --num-envs x --num-steps must be below 2^31 env steps "
             f"per call; got {k} x {batch}")
+    _check_int(config, "num_seeds", 1, MAX_MEMBERS)
+    if config.seed + config.num_seeds - 1 > MAX_SEED:
+        raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
+                                         f"got {config.seed} + {config.num_seeds} - 1")
+    _check_sweep(config, num_devices)
+
+
+def _check_sweep(config: TrainConfig, num_devices: int) -> None:
+    """Each swept key sweepable and given once, each value in its flag's range."""
+    seen = set()
+    count = config.num_seeds
+    for entry in config.sweep:
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise ConfigError("--sweep", f"--sweep entries are KEY=V1,V2,...; got {entry!r}")
+        name, values = entry
+        key = str(name).replace("_", "-")
+        if name not in SWEEPABLE:
+            if name in ("seed", "num_seeds"):
+                why = "use --num-seeds N to train seeds --seed, --seed + 1, ..."
+            elif name in {f.name for f in dataclasses.fields(TrainConfig)}:
+                why = (f"{key} changes the program's array shapes or structure, so its members "
+                       "could not share one program; train separate runs instead")
+            else:
+                why = "there is no such setting"
+            raise ConfigError("--sweep", f"--sweep cannot sweep {key!r}: {why}. Sweepable: "
+                                         + ", ".join(n.replace("_", "-") for n in SWEEPABLE))
+        if name in seen:
+            raise ConfigError("--sweep", f"--sweep gives {key} twice; list all its values once: "
+                                         f"{key}=V1,V2,...")
+        seen.add(name)
+        if not values:
+            raise ConfigError("--sweep", f"--sweep {key}= has no values; give {key}=V1,V2,...")
+        for value in values:
+            try:
+                validate_value(config, name, value, num_devices)
+            except ConfigError as error:
+                raise ConfigError("--sweep", f"--sweep {key}={value!r}: {error.message}") from None
+        if len(set(values)) != len(values):
+            raise ConfigError("--sweep", f"--sweep {key} lists a value twice: {list(values)}")
+        count *= len(values)
+    if count > MAX_MEMBERS:
+        raise ConfigError("--sweep", f"--sweep x --num-seeds gives {count} members; at most "
+                                     f"{MAX_MEMBERS} fit one run")
+
+
+def validate_value(config: TrainConfig, name: str, value: Any, num_devices: int) -> None:
+    """Check `value` for field `name` by the field's own rule (`ConfigError` if out of range)."""
+    validate(dataclasses.replace(config, **{name: value}, sweep=()), num_devices)
 
 
 def to_dict(config: TrainConfig | ResolvedConfig) -> dict[str, Any]:
@@ -351,6 +451,8 @@ def from_dict(data: dict[str, Any]) -> TrainConfig | ResolvedConfig:
     data = dict(data)
     if "auto" in data:
         data["auto"] = tuple(data["auto"])
+    if "sweep" in data:
+        data["sweep"] = tuple((name, tuple(values)) for name, values in data["sweep"])
     try:
         return cls(**data)
     except TypeError as error:

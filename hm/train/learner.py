@@ -18,20 +18,29 @@ replicated, env slots sharded. All randomness is keyed by global env slot and
 minibatch-group indices, so a run gives the same result (to float rounding) on any
 device count for the same global batch.
 
+Populations. A run trains P members (P = 1 for a single run; `--num-seeds`, `--sweep`):
+every per-member leaf of the state leads with a member axis, and the members'
+hyper-parameters (`Hyper`: lr, entropy and value coefficients, clip range, gamma, GAE
+lambda, gradient clip) are an argument of the program, traced values, so members
+can differ in them and share one compiled program. The rollout steps all members' env
+slots as one flat batch; networks and gradient steps are `vmap`ped over members.
+Member i of a population computes what the single run with its seed computes.
+
 TrainState fields (what a checkpoint holds; every leaf is a `jax.Array`):
 
-    params      Network: float32 master weights (replicated)
-    opt_state   optax state of clip_by_global_norm + Adam (replicated)
-    envs        VecEnvState, leading axis num_envs (sharded over "data"):
+    params      Network, each leaf [P, ...]: float32 master weights (replicated)
+    opt_state   optax state of clip_by_global_norm + Adam, leaves [P, ...] (replicated)
+    envs        VecEnvState, leading axes [P, num_envs] (env slots sharded over "data"):
                   state           the env's own state (GameState for HackMatrix)
-                  obs             f32[num_envs, obs]  current observation
-                  mask            bool[num_envs, actions]  current legal actions
-                  episode_return  f32[num_envs]  return so far of the running episode
-                  episode_length  i32[num_envs]  steps so far of the running episode;
+                  obs             f32[P, num_envs, obs]  current observation
+                  mask            bool[P, num_envs, actions]  current legal actions
+                  episode_return  f32[P, num_envs]  return so far of the running episode
+                  episode_length  i32[P, num_envs]  steps so far of the running episode;
                                   -1 before the first call (no game yet)
-    key         u32[2]: raw threefry key data; the next update's randomness
-    update      i32[]: PPO updates done
-    env_steps   u32[2]: env steps done, as (low, high) 32-bit words; see `total_env_steps`
+    key         u32[P, 2]: raw threefry key data; each member's next update's randomness
+    update      i32[]: PPO updates done (every member has done as many)
+    env_steps   u32[2]: env steps done by each member, as (low, high) 32-bit words;
+                see `total_env_steps`
 
 To checkpoint, fetch the leaves with `hm.train.mesh.to_host` (works on any process
 count) and serialise them, e.g. with `eqx.tree_serialise_leaves`. To restore, build a
@@ -42,6 +51,7 @@ Changing the batch layout (a different num_envs or device count): `reshard_for` 
 the parameters and counters, re-initialises the optimizer state and starts fresh games.
 """
 
+import functools
 import math
 
 import equinox as eqx
@@ -53,6 +63,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt32
 
+from hm.train import config as config_lib
 from hm.train import distributions, ppo
 from hm.train.config import ResolvedConfig
 from hm.train.envs import (
@@ -74,41 +85,69 @@ class TrainState(eqx.Module):
     params: Network
     opt_state: PyTree
     envs: VecEnvState
-    key: UInt32[Array, "2"]
+    key: UInt32[Array, "P 2"]
     update: Int32[Array, ""]
     env_steps: UInt32[Array, "2"]
 
 
+# Traced in the program; numpy on the host before `place_hyper` puts them on the mesh.
+HyperValue = Float[Array | np.ndarray, "*P"]
+
+
+class Hyper(eqx.Module):
+    """The hyper-parameters the program reads as traced values, one per member ([P]).
+
+    Being arguments rather than constants, they can differ between the members of a
+    population (`--sweep`), and a resume may change them without recompiling.
+    `config.SWEEPABLE` names the same fields.
+    """
+
+    lr: HyperValue
+    ent_coef: HyperValue
+    vf_coef: HyperValue
+    clip_eps: HyperValue
+    gamma: HyperValue
+    gae_lambda: HyperValue
+    max_grad_norm: HyperValue
+
+
+def make_hyper(resolved: ResolvedConfig) -> Hyper:
+    """The members' hyper-parameters, in member order (`config.members`), on the host."""
+    members = config_lib.members(resolved)
+    return Hyper(**{name: np.array([m.hyper[name] for m in members], np.float32)
+                    for name in config_lib.SWEEPABLE})
+
+
 class Trajectory(eqx.Module):
-    """Transitions of one step ([n] leaves) or, stacked by the rollout scan, [T, n]."""
+    """Transitions of one step ([P, n] leaves) or, stacked by the rollout scan, [T, P, n]."""
 
     obs: PyTree                               # compact observation (env.encode_obs)
-    mask: Bool[Array, "*T n actions"]         # legal actions when sampling
-    action: Int32[Array, "*T n"]
-    log_prob: Float[Array, "*T n"]
-    value: Float[Array, "*T n"]
-    reward: Float[Array, "*T n"]
-    done: Bool[Array, "*T n"]
-    truncated: Bool[Array, "*T n"]
-    bootstrap_value: Float[Array, "*T n"]     # value of the truncated state's observation
+    mask: Bool[Array, "*T P n actions"]       # legal actions when sampling
+    action: Int32[Array, "*T P n"]
+    log_prob: Float[Array, "*T P n"]
+    value: Float[Array, "*T P n"]
+    reward: Float[Array, "*T P n"]
+    done: Bool[Array, "*T P n"]
+    truncated: Bool[Array, "*T P n"]
+    bootstrap_value: Float[Array, "*T P n"]   # value of the truncated state's observation
 
 
 class StepStats(eqx.Module):
-    """Sums over this device's env slots for one step (or a rollout)."""
+    """Sums over this device's env slots of each member for one step (or a rollout)."""
 
-    episodes: Int32[Array, ""]
-    episode_return: Float[Array, ""]
-    episode_length: Float[Array, ""]
-    episode_stage: Float[Array, ""]
-    max_stage: Int32[Array, ""]
-    wins: Int32[Array, ""]
-    reward_terms: Float[Array, " terms"]
-    actions: Float[Array, " actions"]
-    legal: Float[Array, " actions"]           # steps where each action was legal
+    episodes: Int32[Array, " P"]
+    episode_return: Float[Array, " P"]
+    episode_length: Float[Array, " P"]
+    episode_stage: Float[Array, " P"]
+    max_stage: Int32[Array, " P"]
+    wins: Int32[Array, " P"]
+    reward_terms: Float[Array, "P terms"]
+    actions: Float[Array, "P actions"]
+    legal: Float[Array, "P actions"]          # steps where each action was legal
 
 
 class Samples(eqx.Module):
-    """What the epochs train on: the rollout with its advantages, leading axes [T, n]."""
+    """What one member's epochs train on: its rollout with advantages, axes [T, n]."""
 
     obs: PyTree
     mask: Bool[Array, "T n actions"]
@@ -118,10 +157,9 @@ class Samples(eqx.Module):
     target: Float[Array, "T n"]
 
 
-def make_optimizer(config: ResolvedConfig) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam at a constant learning rate."""
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                       optax.adam(config.lr, eps=1e-5))
+def make_optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam at a constant learning rate (numbers or traced)."""
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
 
 
 def _add_steps(counter: UInt32[Array, "2"], amount: int) -> UInt32[Array, "2"]:
@@ -131,7 +169,7 @@ def _add_steps(counter: UInt32[Array, "2"], amount: int) -> UInt32[Array, "2"]:
 
 
 def total_env_steps(train_state: TrainState) -> int:
-    """The env-step counter as a Python int (host side)."""
+    """The env-step counter (per member) as a Python int (host side)."""
     low, high = (int(x) for x in to_host(train_state.env_steps))
     return low + (high << 32)
 
@@ -144,8 +182,28 @@ def _fold_in_each(key: PRNGKeyArray, ids: Int32[Array, " n"]) -> Key[Array, " n"
     return jax.vmap(jax.random.fold_in, (None, 0))(key, ids)
 
 
+def member_of(tree: PyTree, index: int) -> PyTree:
+    """Member `index`'s part of a population tree (params, opt_state, metrics...)."""
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+def _flat(tree: PyTree) -> PyTree:
+    """[P, n, ...] leaves as [P * n, ...]: every member's env slots as one batch."""
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+
+
+def _unflat(tree: PyTree, members: int) -> PyTree:
+    return jax.tree.map(lambda x: x.reshape((members, -1) + x.shape[1:]), tree)
+
+
 class Learner(eqx.Module):
     """PPO with its hyper-parameters; pure methods on one device's share of the work.
+
+    Every method works on a population: arrays lead with the member axis P (1 for a
+    single run). The rollout steps every member's env slots as one flat batch of
+    P * n games, so the engine's batch-level rules see one batch (a `vmap` over members
+    around them would turn their batch-level skipping into selects); the networks,
+    advantages and gradient steps are `jax.vmap`ped over members.
 
     `axis_name` is the mesh axis when running under `shard_map` (means become global,
     env ids are offset by the device index); `None` runs on a single device without
@@ -159,7 +217,12 @@ class Learner(eqx.Module):
     # --- layout -----------------------------------------------------------------------
 
     @property
+    def members(self) -> int:
+        return self.config.num_members
+
+    @property
     def local_envs(self) -> int:
+        """This device's env slots of each member."""
         return self.config.num_envs if self.axis_name is None else self.config.envs_per_device
 
     @property
@@ -172,9 +235,14 @@ class Learner(eqx.Module):
         return jnp.int32(0) if self.axis_name is None else lax.axis_index(self.axis_name)
 
     def env_ids(self) -> Int32[Array, " n"]:
-        """Global indices of this device's env slots."""
+        """Global indices of this device's env slots (the same for every member)."""
         n = self.local_envs
         return self._device_index() * n + jnp.arange(n, dtype=jnp.int32)
+
+    def _per_env_keys(self, keys: Key[Array, " P"]) -> Key[Array, "P n"]:
+        """Each member's key folded with each global env slot index."""
+        ids = self.env_ids()
+        return jax.vmap(lambda key: _fold_in_each(key, ids))(keys)
 
     def _across_devices(self, stats: "StepStats") -> "StepStats":
         """Totals over every device (the maximum for `max_stage`)."""
@@ -184,95 +252,112 @@ class Learner(eqx.Module):
         stats = lax.psum(stats, self.axis_name)
         return eqx.tree_at(lambda s: s.max_stage, stats, max_stage)
 
+    def _evaluate(self, params: Network, obs: Float[Array, "P n obs"]):
+        """Each member's network on its own observations: logits [P, n, A], values [P, n]."""
+        return jax.vmap(lambda p, o: evaluate(p, o, self.config.precision))(params, obs)
+
     # --- pieces -----------------------------------------------------------------------
 
     @property
-    def optimizer(self) -> optax.GradientTransformation:
-        return make_optimizer(self.config)
+    def optimizer_structure(self) -> optax.GradientTransformation:
+        """The optimizer with placeholder numbers: its state's structure is all `init` needs."""
+        return make_optimizer(1.0, 1.0)
 
     def init_params(self, key: PRNGKeyArray) -> Network:
+        """One member's network."""
         return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
                        self.config.num_layers, kind=self.config.network, critic=self.config.critic, key=key)
 
     def init_envs(self) -> VecEnvState:
-        """Slots with no game yet: the first rollout starts them (`vector_start`)."""
-        return vector_unstarted(self.env, self.local_envs)
+        """Slots with no game yet, [P, n]: the first rollout starts them (`vector_start`)."""
+        unstarted = vector_unstarted(self.env, self.local_envs)
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (self.members,) + x.shape), unstarted)
 
-    def truncation_values(self, params: Network, final_obs: Float[Array, "n obs"],
-                          truncated: Bool[Array, " n"]) -> Float[Array, " n"]:
+    def truncation_values(self, params: Network, final_obs: Float[Array, "P n obs"],
+                          truncated: Bool[Array, "P n"]) -> Float[Array, "P n"]:
         """Values of the observations where episodes were truncated; 0 elsewhere.
 
-        Truncations are rare, so the network runs on a compacted handful of rows; if
-        more slots than that truncate in one step (all slots started together and
-        survived), it runs on all of them.
+        Truncations are rare, so each member's network runs on a compacted handful of
+        its rows; if more slots than that truncate in one step (all slots started
+        together and survived), it runs on all of them. The branch is chosen for the
+        whole population (by its member with the most truncations), so it stays a real
+        branch rather than a select of all three.
         """
-        n = final_obs.shape[0]
+        n = final_obs.shape[1]
         capacity = min(n, 8 + -(-4 * n // self.config.max_episode_steps))
-        count = jnp.sum(truncated, dtype=jnp.int32)
-
-        zeros = jnp.zeros_like(final_obs[:, 0])
+        counts = jnp.sum(truncated, axis=1, dtype=jnp.int32)
+        zeros = jnp.zeros(truncated.shape, jnp.float32)
 
         def none():
             return zeros
 
         def few():
-            rows = jnp.nonzero(truncated, size=capacity, fill_value=0)[0]
-            _, values = evaluate(params, final_obs[rows], self.config.precision)
-            values = jnp.where(jnp.arange(capacity) < count, values, 0.0)
-            return zeros.at[rows].add(values)
+            def member(p, obs, cut, count):
+                rows = jnp.nonzero(cut, size=capacity, fill_value=0)[0]
+                _, values = evaluate(p, obs[rows], self.config.precision)
+                values = jnp.where(jnp.arange(capacity) < count, values, 0.0)
+                return jnp.zeros(n, jnp.float32).at[rows].add(values)
+
+            return jax.vmap(member)(params, final_obs, truncated, counts)
 
         def every():
-            _, values = evaluate(params, final_obs, self.config.precision)
+            _, values = self._evaluate(params, final_obs)
             return jnp.where(truncated, values, 0.0)
 
-        branch = jnp.where(count == 0, 0, jnp.where(count <= capacity, 1, 2))
+        most = jnp.max(counts)
+        branch = jnp.where(most == 0, 0, jnp.where(most <= capacity, 1, 2))
         return lax.switch(branch, (none, few, every))
 
     def rollout(
-        self, params: Network, envs: VecEnvState, key: PRNGKeyArray
+        self, params: Network, envs: VecEnvState, keys: Key[Array, " P"]
     ) -> tuple[VecEnvState, Trajectory, StepStats]:
-        """`num_steps` steps of every env slot under the current policy."""
-        start_key, steps_key = jax.random.split(key)
-        ids = self.env_ids()
-        envs = vector_start(self.env, envs, _fold_in_each(start_key, ids))
+        """`num_steps` steps of every env slot of every member under its policy."""
+        members = self.members
+        split = jax.vmap(jax.random.split)(keys)
+        start_keys, steps_keys = split[:, 0], split[:, 1]
+        envs = _unflat(vector_start(self.env, _flat(envs), _flat(self._per_env_keys(start_keys))),
+                       members)
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
 
         def step(envs: VecEnvState, t):
-            action_key, env_key = jax.random.split(jax.random.fold_in(steps_key, t))
-            logits, value = evaluate(policy_params, envs.obs, self.config.precision)
-            uniform = jax.vmap(jax.random.uniform)(_fold_in_each(action_key, ids))
+            both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
+            action_keys, env_keys = both[:, 0], both[:, 1]
+            logits, value = self._evaluate(policy_params, envs.obs)
+            uniform = jax.vmap(jax.vmap(jax.random.uniform))(self._per_env_keys(action_keys))
             action = distributions.sample(logits, envs.mask, uniform)
             log_prob = distributions.log_prob(logits, envs.mask, action)
-            new_envs, out = vector_step(self.env, envs, action, _fold_in_each(env_key, ids),
+            new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
+                                        _flat(self._per_env_keys(env_keys)),
                                         self.config.max_episode_steps)
+            new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             transition = Trajectory(
-                obs=jax.vmap(self.env.encode_obs)(envs.obs), mask=envs.mask, action=action,
-                log_prob=log_prob, value=value, reward=out.reward, done=out.done,
+                obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
+                action=action, log_prob=log_prob, value=value, reward=out.reward, done=out.done,
                 truncated=out.truncated, bootstrap_value=bootstrap)
             finished = out.done | out.truncated
             stats = StepStats(
-                episodes=jnp.sum(finished, dtype=jnp.int32),
-                episode_return=jnp.sum(jnp.where(finished, out.episode_return, 0.0)),
-                episode_length=jnp.sum(jnp.where(finished, out.episode_length, 0).astype(jnp.float32)),
-                episode_stage=jnp.sum(jnp.where(finished, out.info.stage, 0).astype(jnp.float32)),
-                max_stage=jnp.max(jnp.where(finished, out.info.stage, 0)),
-                wins=jnp.sum(finished & out.info.won, dtype=jnp.int32),
-                reward_terms=jnp.sum(out.info.reward_terms, axis=0),
-                actions=jnp.sum(jax.nn.one_hot(action, num_actions, dtype=jnp.float32), axis=0),
-                legal=jnp.sum(envs.mask, axis=0, dtype=jnp.float32),
+                episodes=jnp.sum(finished, axis=1, dtype=jnp.int32),
+                episode_return=jnp.sum(jnp.where(finished, out.episode_return, 0.0), axis=1),
+                episode_length=jnp.sum(jnp.where(finished, out.episode_length, 0).astype(jnp.float32), axis=1),
+                episode_stage=jnp.sum(jnp.where(finished, out.info.stage, 0).astype(jnp.float32), axis=1),
+                max_stage=jnp.max(jnp.where(finished, out.info.stage, 0), axis=1),
+                wins=jnp.sum(finished & out.info.won, axis=1, dtype=jnp.int32),
+                reward_terms=jnp.sum(out.info.reward_terms, axis=1),
+                actions=jnp.sum(jax.nn.one_hot(action, num_actions, dtype=jnp.float32), axis=1),
+                legal=jnp.sum(envs.mask, axis=1, dtype=jnp.float32),
             )
             return new_envs, (transition, stats)
 
         steps = jnp.arange(self.config.num_steps, dtype=jnp.int32)
         envs, (trajectory, stats) = lax.scan(step, envs, steps)
         totals = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
-        totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage))
+        totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage, axis=0))
         return envs, trajectory, totals
 
     def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
-        """This epoch's assignment of samples to minibatches.
+        """One member's assignment of samples to minibatches for one epoch.
 
         The samples of each group of g consecutive env slots (g = M / gcd(M, T), 1 when
         M divides T) are shuffled with a key of the group's global index; minibatch j
@@ -306,26 +391,30 @@ class Learner(eqx.Module):
                              action=picked.action, log_prob=picked.log_prob,
                              advantage=picked.advantage, target=picked.target)
 
-    def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch):
-        coefficients = ppo.LossCoefficients(clip_eps=self.config.clip_eps, vf_coef=self.config.vf_coef,
-                                            ent_coef=self.config.ent_coef)
+    def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch, hyper: Hyper):
+        """One member's gradient step (`hyper` holds its scalars)."""
+        coefficients = ppo.LossCoefficients(clip_eps=hyper.clip_eps, vf_coef=hyper.vf_coef,
+                                            ent_coef=hyper.ent_coef)
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
         (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
         if self.axis_name is not None:
             grads = lax.pmean(grads, self.axis_name)
         metrics["ppo/grad_norm"] = ppo.global_norm(grads)
+        optimizer = make_optimizer(hyper.lr, hyper.max_grad_norm)
         # optax mixes Python floats with its int32 step count: not strict-promotion clean
         with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 
-    def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray):
-        """`update_epochs` passes over the samples, `num_minibatches` steps each."""
+    def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray,
+                     hyper: Hyper):
+        """One member's `update_epochs` passes over its samples, `num_minibatches` steps each."""
 
         def epoch(carry, epoch_key):
             def minibatch(carry, indices):
                 params, opt_state = carry
-                params, opt_state, metrics = self.gradient_step(params, opt_state, self.minibatch(samples, indices))
+                params, opt_state, metrics = self.gradient_step(
+                    params, opt_state, self.minibatch(samples, indices), hyper)
                 return (params, opt_state), metrics
 
             return lax.scan(minibatch, carry, self.minibatch_indices(epoch_key))
@@ -336,42 +425,53 @@ class Learner(eqx.Module):
 
     # --- one update, one call -----------------------------------------------------------
 
-    def update(self, state: TrainState) -> tuple[TrainState, tuple[dict[str, Array], StepStats]]:
-        """One PPO update: rollout, GAE, epochs of minibatch steps.
+    def update(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, tuple[dict[str, Array], StepStats]]:
+        """One PPO update of every member: rollout, GAE, epochs of minibatch steps.
 
-        Returns the new state, the update's loss metrics (means over its minibatch
-        steps) and its rollout statistics (totals over every device).
+        Returns the new state, the update's loss metrics (each member's means over its
+        minibatch steps, [P]) and its rollout statistics (totals over every device).
         """
         config = self.config
-        next_key, rollout_key, epochs_key = jax.random.split(_key(state.key), 3)
-        envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_key)
-        _, last_value = evaluate(state.params, envs.obs, config.precision)
-        advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
-                                      trajectory.truncated, trajectory.bootstrap_value, last_value,
-                                      config.gamma, config.gae_lambda)
-        samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
-                          log_prob=trajectory.log_prob, advantage=advantages, target=targets)
-        params, opt_state, metrics = self.train_epochs(state.params, state.opt_state, samples, epochs_key)
-        metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets, self.axis_name)
-        metrics["ppo/lr"] = jnp.float32(config.lr)
+        split = jax.vmap(lambda data: jax.random.split(_key(data), 3))(state.key)
+        next_keys, rollout_keys, epochs_keys = split[:, 0], split[:, 1], split[:, 2]
+        envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_keys)
+        _, last_value = self._evaluate(state.params, envs.obs)
+
+        def learn(params, opt_state, trajectory, last_value, key, hyper):
+            advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
+                                          trajectory.truncated, trajectory.bootstrap_value, last_value,
+                                          hyper.gamma, hyper.gae_lambda)
+            samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
+                              log_prob=trajectory.log_prob, advantage=advantages, target=targets)
+            params, opt_state, metrics = self.train_epochs(params, opt_state, samples, key, hyper)
+            metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets,
+                                                                       self.axis_name)
+            metrics["ppo/lr"] = hyper.lr
+            return params, opt_state, metrics
+
+        # The trajectory is [T, P, n]: each member's share is taken along axis 1.
+        params, opt_state, metrics = jax.vmap(learn, in_axes=(0, 0, 1, 0, 0, 0))(
+            state.params, state.opt_state, trajectory, last_value, epochs_keys, hyper)
         stats = self._across_devices(stats)
         new_state = TrainState(params=params, opt_state=opt_state, envs=envs,
-                               key=jax.random.key_data(next_key), update=state.update + 1,
+                               key=jax.vmap(jax.random.key_data)(next_keys), update=state.update + 1,
                                env_steps=_add_steps(state.env_steps, config.batch_size))
         return new_state, (metrics, stats)
 
-    def chunk(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        """`updates_per_call` updates; metrics averaged over them (episodes pooled)."""
+    def chunk(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, Array]]:
+        """`updates_per_call` updates; metrics averaged over them (episodes pooled), one
+        value per member ([P])."""
         config = self.config
 
-        state, (metrics, stats) = lax.scan(lambda s, _: self.update(s), state, None,
+        state, (metrics, stats) = lax.scan(lambda s, _: self.update(s, hyper), state, None,
                                            length=config.updates_per_call)
-        out = jax.tree.map(jnp.mean, metrics)
+        out = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
         out.update(self._episode_metrics(stats))
         out["env_steps"] = jnp.int32(config.steps_per_call)
         return state, out
 
     def _episode_metrics(self, stats: StepStats) -> dict[str, Array]:
+        """Per-member episode, reward and action statistics of a call ([K, P] stats in)."""
         total = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
         count = total.episodes
         denominator = jnp.maximum(count, 1).astype(jnp.float32)
@@ -381,38 +481,48 @@ class Learner(eqx.Module):
             "episode/return": total.episode_return / denominator,
             "episode/length": total.episode_length / denominator,
             "episode/highest_stage": total.episode_stage / denominator,
-            "episode/max_stage": jnp.max(stats.max_stage),
+            "episode/max_stage": jnp.max(stats.max_stage, axis=0),
             "episode/win_rate": total.wins.astype(jnp.float32) / denominator,
         }
         for i, name in enumerate(self.env.reward_terms):
-            out[f"reward/{name}"] = total.reward_terms[i] / steps
-        out.update(self.env.action_metrics(total.actions / steps))
+            out[f"reward/{name}"] = total.reward_terms[:, i] / steps
+        out.update(jax.vmap(self.env.action_metrics)(total.actions / steps))
         # The same statistics of where each action was legal, as `legal/...` (health checks).
-        out.update({"legal/" + name.removeprefix("actions/"): value
-                    for name, value in self.env.action_metrics(total.legal / steps).items()})
+        legal = jax.vmap(self.env.action_metrics)(total.legal / steps)
+        out.update({"legal/" + name.removeprefix("actions/"): value for name, value in legal.items()})
         return out
 
 
 # --- building, placing and running -------------------------------------------------------
 
 
-def _key_data(key, seed: int) -> np.ndarray:
-    """Raw threefry key data, on the host, from a key, key data, an int seed or None."""
+def _member_key_data(resolved: ResolvedConfig, key=None) -> np.ndarray:
+    """Raw threefry key data [P, 2] of each member, on the host.
+
+    By default member i's key is `jax.random.key(seed_i)` for its seed (`config.members`),
+    so a member of a population starts exactly as the single run with its seed. `key`
+    (a key, key data, or an int seed; one per member with a leading axis, or one for a
+    single-member run) overrides that.
+    """
     if key is None:
-        key = seed
+        return np.array([[0, m.seed] for m in config_lib.members(resolved)], np.uint32)
     if isinstance(key, int):
         if not 0 <= key < 2**32:
             raise ValueError(f"seed must be in [0, 2^32); got {key}")
-        return np.array([0, key], np.uint32)  # what jax.random.key(seed) holds
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = np.array([0, key], np.uint32)  # what jax.random.key(seed) holds
+    elif jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.key_data(key)
-    return np.asarray(key, np.uint32)
+    key = np.asarray(key, np.uint32).reshape(-1, 2)
+    if key.shape[0] != resolved.num_members:
+        raise ValueError(f"{key.shape[0]} key(s) for a population of {resolved.num_members}: give one "
+                         "per member, or none for each member's own seed")
+    return key
 
 
 def _specs(state: TrainState) -> TrainState:
-    """PartitionSpecs: env slots split over the data axis, everything else replicated."""
+    """PartitionSpecs: every member's env slots split over the data axis, the rest replicated."""
     replicated = jax.tree.map(lambda _: PartitionSpec(), state)
-    sharded = jax.tree.map(lambda _: PartitionSpec(DATA_AXIS), state.envs)
+    sharded = jax.tree.map(lambda _: PartitionSpec(None, DATA_AXIS), state.envs)
     return eqx.tree_at(lambda s: s.envs, replicated, sharded)
 
 
@@ -421,26 +531,34 @@ def train_state_shardings(state: TrainState, mesh: Mesh) -> TrainState:
     return jax.tree.map(lambda spec: NamedSharding(mesh, spec), _specs(state))
 
 
-def _params_and_opt_state(learner: Learner, key_data: UInt32[Array, "2"]) -> tuple[Network, PyTree]:
-    params = learner.init_params(_key(key_data))
-    return params, learner.optimizer.init(params)
+def hyper_shardings(resolved: ResolvedConfig, mesh: Mesh) -> Hyper:
+    """`Hyper` is replicated: every device runs every member."""
+    return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), make_hyper(resolved))
+
+
+def _build(learner: Learner, key_data: UInt32[Array, "P 2"]) -> TrainState:
+    """A fresh state: each member's network and optimizer state from its own key."""
+
+    def member(data):
+        params_key, run_key = jax.random.split(_key(data))
+        params = learner.init_params(params_key)
+        return params, learner.optimizer_structure.init(params), jax.random.key_data(run_key)
+
+    params, opt_state, run_keys = jax.vmap(member)(key_data)
+    return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(), key=run_keys,
+                      update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
 
 
 def abstract_train_state(resolved: ResolvedConfig, env: AbstractEnv | None = None) -> TrainState:
     """The shapes and dtypes of a TrainState (`jax.ShapeDtypeStruct` leaves): a template."""
     learner = Learner(env=env if env is not None else HackMatrixEnv(), config=resolved)
-
-    def build(key_data):
-        params, opt_state = _params_and_opt_state(learner, key_data)
-        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(),
-                          key=key_data, update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
-
-    return jax.eval_shape(build, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    return jax.eval_shape(lambda data: _build(learner, data),
+                          jax.ShapeDtypeStruct((resolved.num_members, 2), jnp.uint32))
 
 
 def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
          mesh: Mesh | None = None) -> TrainState:
-    """A new TrainState on the mesh: fresh network and optimizer state, empty env slots.
+    """A new TrainState on the mesh: fresh networks and optimizer states, empty env slots.
 
     Every process of a multi-host run calls this with the same arguments and gets the
     same global arrays. The env slots hold no game yet: the first rollout starts them
@@ -448,7 +566,7 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
 
     Args:
         resolved: the run's configuration.
-        key: a PRNG key, raw key data or an int seed; default `resolved.seed`.
+        key: see `_member_key_data`; default: each member's seed.
         env: default `HackMatrixEnv()`.
         mesh: default `make_mesh(resolved.devices)`.
     """
@@ -456,17 +574,9 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
     learner = Learner(env=env, config=resolved)
     shardings = train_state_shardings(abstract_train_state(resolved, env), mesh)
-
-    def build(key_data):
-        params_key, run_key = jax.random.split(_key(key_data))
-        params, opt_state = _params_and_opt_state(learner, jax.random.key_data(params_key))
-        return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(),
-                          key=jax.random.key_data(run_key), update=jnp.int32(0),
-                          env_steps=jnp.zeros((2,), jnp.uint32))
-
     # one small program: every process computes the same replicated values and zeros
-    key_data = to_global(_key_data(key, resolved.seed), shardings.key)
-    return jax.jit(build, out_shardings=shardings)(key_data)
+    key_data = to_global(_member_key_data(resolved, key), shardings.key)
+    return jax.jit(lambda data: _build(learner, data), out_shardings=shardings)(key_data)
 
 
 def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
@@ -475,7 +585,7 @@ def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
 
     Keeps the parameters and the update and env-step counters; re-initialises the
     optimizer state (its moments were tuned to the old batch) and starts fresh games;
-    draws a new run key from `key` (default: `resolved.seed` folded with the update
+    draws new run keys from `key` (default: each member's seed folded with the update
     count, so a resumed run does not repeat its earlier randomness).
     """
     env = env if env is not None else HackMatrixEnv()
@@ -483,32 +593,44 @@ def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
     host = to_host((train_state.params, train_state.update, train_state.env_steps))
     params, update, env_steps = host
     if key is None:
-        key = jax.random.fold_in(jax.random.key(resolved.seed, impl="threefry2x32"), int(update))
+        key = np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(
+            jax.random.key(m.seed, impl="threefry2x32"), int(update))))
+            for m in config_lib.members(resolved)])
     fresh = init(resolved, key, env=env, mesh=mesh)
     shardings = train_state_shardings(fresh, mesh)
     params = to_global(params, shardings.params)
     learner = Learner(env=env, config=resolved)
-    opt_state = jax.jit(learner.optimizer.init, out_shardings=shardings.opt_state)(params)
+    opt_state = jax.jit(jax.vmap(learner.optimizer_structure.init),
+                        out_shardings=shardings.opt_state)(params)
     return TrainState(params=params, opt_state=opt_state, envs=fresh.envs, key=fresh.key,
                       update=to_global(update, shardings.update),
                       env_steps=to_global(env_steps, shardings.env_steps))
 
 
+def place_hyper(resolved: ResolvedConfig, mesh: Mesh | None = None) -> Hyper:
+    """The members' hyper-parameters (`make_hyper`) as global arrays on the mesh."""
+    mesh = mesh if mesh is not None else make_mesh(resolved.devices)
+    return to_global(make_hyper(resolved), hyper_shardings(resolved, mesh))
+
+
 def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh: Mesh | None = None):
-    """The fused training program: `train_chunk(train_state) -> (train_state, metrics)`.
+    """The fused training program: `train_chunk(train_state, hyper=None) -> (train_state, metrics)`.
 
-    One call runs `resolved.updates_per_call` PPO updates on every device of `mesh`.
-    The input TrainState is donated: use only the returned one afterwards. It compiles
-    on the first call and never again for the same shapes and shardings.
+    One call runs `resolved.updates_per_call` PPO updates of every member on every device
+    of `mesh`. `hyper` is the members' hyper-parameters (default: the config's,
+    `place_hyper(resolved, mesh)`): traced values, so other values reuse the compiled
+    program. The input TrainState is donated: use only
+    the returned one afterwards. It compiles on the first call and never again for the
+    same shapes and shardings.
 
-    Metrics (replicated scalars): `loss/{total,policy,value,entropy}`,
+    Metrics (replicated, one value per member: shape [P]): `loss/{total,policy,value,entropy}`,
     `ppo/{approx_kl,clip_frac,explained_variance,grad_norm,lr}` averaged over every
     minibatch step of the call; `episode/{return,length,highest_stage,win_rate}` means
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env
     steps (see the env's `action_metrics`), `legal/...` the same of the legal actions;
-    `env_steps` the env steps of this call.
+    and the scalar `env_steps`, each member's env steps of this call.
     """
     env = env if env is not None else HackMatrixEnv()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
@@ -518,12 +640,20 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)
+    hyper_specs = jax.tree.map(lambda _: PartitionSpec(), make_hyper(resolved))
     # check_vma=False: the env's own scans need not be written for shard_map's
     # replication typing; the learner averages gradients explicitly (see ppo.loss).
-    chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec()),
-                          check_vma=False)
+    chunk = jax.shard_map(learner.chunk, mesh=mesh, in_specs=(specs, hyper_specs),
+                          out_specs=(specs, PartitionSpec()), check_vma=False)
     # Explicit shardings, the same as `init` gives: the output feeds the next call
     # unchanged, so the program never recompiles.
     shardings = train_state_shardings(template, mesh)
-    return jax.jit(chunk, donate_argnums=0, in_shardings=(shardings,),
-                   out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())))
+    program = jax.jit(chunk, donate_argnums=0, in_shardings=(shardings, hyper_shardings(resolved, mesh)),
+                      out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())))
+    configured = place_hyper(resolved, mesh)
+
+    @functools.wraps(program)  # keeps the program's name, which JAX's compile log uses
+    def train_chunk(train_state: TrainState, hyper: Hyper | None = None):
+        return program(train_state, configured if hyper is None else hyper)
+
+    return train_chunk

@@ -109,6 +109,30 @@ def format_metrics_line(update: int, env_steps: int, metrics: Mapping[str, float
     )
 
 
+def format_population_line(update: int, env_steps: int, rows: list[Mapping[str, float]], names: list[str],
+                           num_devices: int) -> str:
+    """The console line of one logged update of a population: the best, median and worst
+    member by mean episode return (members with no finished episode left out)."""
+    from hm.train.progress import format_count
+
+    rate = rows[0].get("perf/steps_per_sec", float("nan"))
+    speed = f"{format_count(rate)} steps/s" if math.isfinite(rate) else "- steps/s"
+    scored = sorted((row["episode/return"], i) for i, row in enumerate(rows)
+                    if row.get("episode/count", 0) > 0 and math.isfinite(row.get("episode/return", math.nan)))
+    head = f"update {update} | {format_count(env_steps)} steps x {len(rows)} members | {speed}"
+    if not scored:
+        return head + " | return - (no episode finished)"
+    (worst, w), (best, b) = scored[0], scored[-1]
+    median = scored[len(scored) // 2][0] if len(scored) % 2 else (
+        scored[len(scored) // 2 - 1][0] + scored[len(scored) // 2][0]) / 2
+
+    def stage(i: int) -> str:
+        return format(rows[i].get("episode/highest_stage", float("nan")), ".2f")
+
+    return (f"{head} | return best {best:.3g} ({names[b]}, stage {stage(b)}) | median {median:.3g} | "
+            f"worst {worst:.3g} ({names[w]}, stage {stage(w)})")
+
+
 def write_json(path: Path, data: Any) -> None:
     from hm.train.checkpoint import atomic_write
 

@@ -22,8 +22,8 @@ def gae(
     truncated: Bool[Array, "T N"],
     bootstrap_values: Float[Array, "T N"],
     last_value: Float[Array, " N"],
-    gamma: float,
-    gae_lambda: float,
+    gamma: float | Float[Array, ""],
+    gae_lambda: float | Float[Array, ""],
 ) -> tuple[Float[Array, "T N"], Float[Array, "T N"]]:
     """Generalised advantage estimates and value targets, by a reverse scan.
 
@@ -64,9 +64,11 @@ class Minibatch(eqx.Module):
 
 
 class LossCoefficients(eqx.Module):
-    clip_eps: float = eqx.field(static=True)
-    vf_coef: float = eqx.field(static=True)
-    ent_coef: float = eqx.field(static=True)
+    """The loss's scalars: numbers or traced values (a population sweeps them)."""
+
+    clip_eps: float | Float[Array, ""]
+    vf_coef: float | Float[Array, ""]
+    ent_coef: float | Float[Array, ""]
 
 
 def _mean(x: Array, axis_name: str | None) -> Array:

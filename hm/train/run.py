@@ -35,6 +35,9 @@ from hm.train import (
     make_mesh,
     make_train_fn,
     maybe_initialize_distributed,
+    member_of,
+    members,
+    place_hyper,
     profiling,
     reshard_for,
     resolve,
@@ -45,9 +48,16 @@ from hm.train import (
 )
 from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
 from hm.train.config import ConfigError, to_dict
+from hm.train.config import from_dict as config_from_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
-from hm.train.logging import RunLogger, format_config, format_metrics_line, write_json
+from hm.train.logging import (
+    RunLogger,
+    format_config,
+    format_metrics_line,
+    format_population_line,
+    write_json,
+)
 from hm.train.progress import ProgressBar, format_count, format_duration
 
 DEFAULT_COMPILE_CACHE = Path("~/.cache/hm/jax")
@@ -183,25 +193,37 @@ def _fields(config: Any) -> dict[str, Any]:
     return to_dict(config)
 
 
-def split_updates(metrics: Mapping[str, Any], updates: int) -> list[dict[str, float]]:
-    """Per-update metric dicts from one call's metrics.
+def member_rows(metrics: Mapping[str, Any], count: int) -> list[dict[str, float]]:
+    """One metric dict per member from one call's metrics.
 
-    A metric with a leading axis of length `updates` gives one value per update; a
-    scalar stands for the whole call and is reported with its last update.
+    A metric with one value per member (shape [count]) is split among the members; a
+    scalar (such as `env_steps`) is the same for all of them.
     """
-    arrays = {name: np.asarray(value) for name, value in metrics.items()}
-    per_update = any(a.ndim == 1 and a.shape[0] == updates for a in arrays.values())
-    count = updates if per_update else 1
     rows: list[dict[str, float]] = [{} for _ in range(count)]
-    for name, array in arrays.items():
-        if array.ndim == 1 and array.shape[0] == count:
-            for row, value in zip(rows, array):
-                row[name] = float(value)
-        else:
-            value = float(array.reshape(-1)[-1]) if array.size else float("nan")
+    for name, value in metrics.items():
+        array = np.asarray(value)
+        if array.shape == (count,):
+            for row, item in zip(rows, array):
+                row[name] = float(item)
+        elif array.shape == ():
             for row in rows:
-                row[name] = value
+                row[name] = float(array)
+        else:
+            raise ValueError(f"metric {name} has shape {array.shape}; expected () or ({count},)")
     return rows
+
+
+def population_scalars(rows: list[Mapping[str, float]]) -> dict[str, float]:
+    """The population's spread, for the run directory's own TensorBoard run: best,
+    median and worst of each member's episode return and highest stage."""
+    out = {}
+    for name in ("episode/return", "episode/highest_stage"):
+        values = [row[name] for row in rows if has_episodes(row) and math.isfinite(row.get(name, math.nan))]
+        if values:
+            short = name.removeprefix("episode/")
+            out.update({f"population/{short}_best": max(values), f"population/{short}_median": float(np.median(values)),
+                        f"population/{short}_worst": min(values)})
+    return out
 
 
 def loggable(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -265,7 +287,8 @@ class Trainer:
             meta = checkpoint.read_meta(resume_from)
             if explicit is not None:
                 known = _fields(config).keys() - explicit - MACHINE_FIELDS
-                config = dataclasses.replace(config, **{k: v for k, v in meta.config.items() if k in known})
+                stored = config_from_dict(meta.config)  # JSON lists back to the config's tuples
+                config = dataclasses.replace(config, **{k: getattr(stored, k) for k in known if k in meta.config})
 
         validate(config, jax.device_count())
         self.config = config
@@ -278,8 +301,10 @@ class Trainer:
         self.architecture = Architecture(config.hidden_dim, config.num_layers, self.env.obs_size, self.env.num_actions,
                                          network=config.network, critic=config.critic)
         self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
+        self.members = members(self.resolved)
         if meta is not None:
-            reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env))
+            reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env),
+                                                 [m.name for m in self.members])
             if reasons:
                 raise CheckpointError(f"cannot resume from {resume_from}: " + "; ".join(reasons))
 
@@ -289,7 +314,7 @@ class Trainer:
             if taken.exists():  # refuse now rather than after building the state
                 raise RunError(f"run directory {taken} already exists; pick another --run-name, or --resume {taken}")
         self.progress = ProgressBar(
-            self.num_updates * self.batch_size,
+            self.num_updates * self.batch_size * len(self.members),
             console=self._console,
             enabled=self.is_writer,
             live=options.progress,
@@ -297,9 +322,12 @@ class Trainer:
         self.say(
             f"devices: {self.num_devices} x {jax.default_backend()} "
             f"({jax.process_count()} process{'es' if jax.process_count() > 1 else ''}, "
-            f"{config.num_envs // self.num_devices} envs per device)"
+            f"{config.num_envs // self.num_devices} envs per device"
+            + (f" per member, {len(self.members)} members" if len(self.members) > 1 else "") + ")"
         )
         self.say(format_config("config (resolved):", self.resolved))
+        if len(self.members) > 1:
+            self.say("members: " + "; ".join(f"{m.index} {m.name}" for m in self.members))
 
         self.mesh = make_mesh(self.num_devices)
         self.last_checkpoint: Path | None = None
@@ -309,6 +337,7 @@ class Trainer:
             self.state = self._restore(resume_from, meta)
             self.last_checkpoint = resume_from
         self.update, self.env_steps = int(to_host(self.state.update)), total_env_steps(self.state)
+        self.hyper = place_hyper(self.resolved, self.mesh)
         self._train_fn = make_train_fn(self.resolved, self.env, self.mesh)
 
         self.run_dir = continuing or self._new_run_dir()
@@ -317,15 +346,29 @@ class Trainer:
         self.say(f"run {self.run_name}: {self.run_dir}")
         if self.is_writer:
             write_json(self.run_dir / CONFIG_FILE, self._describe(resume_from))
-        self.logger = RunLogger(self.run_dir, enabled=self.is_writer, purge_step=self.env_steps if meta else None)
-        self.logger.hparams(_fields(self.resolved))
-        self.health = HealthMonitor()
+        purge = self.env_steps if meta else None
+        # One TensorBoard run per member (runs/<name>/<member>/) in a population, each with
+        # its own hyper-parameters for the HParams view; the population's spread in the
+        # run directory itself. A single run logs into the run directory, as always.
+        self.logger = RunLogger(self.run_dir, enabled=self.is_writer, purge_step=purge)
+        if len(self.members) == 1:
+            self.logger.hparams(_fields(self.resolved))
+            self.member_loggers = [self.logger]
+        else:
+            self.member_loggers = [RunLogger(self.run_dir / m.name, enabled=self.is_writer, purge_step=purge)
+                                   for m in self.members]
+            for m, logger in zip(self.members, self.member_loggers):
+                logger.hparams({**_fields(self.resolved), **m.hyper, "seed": m.seed, "member": m.name})
+        self.health = [HealthMonitor() for _ in self.members]
         self.calls = 0
         self.diverged = False
         self.compile_seconds: float | None = None
         self._saved_update = self.update
         self._last_save_time = time.monotonic()
-        self._recent_return: float | None = None
+        # Each member's latest mean episode return: the tools' default member is the best.
+        self.recent_returns: list[float | None] = [None] * len(self.members)
+        if meta is not None and len(meta.members) == len(self.members):
+            self.recent_returns = [m.get("recent_return") for m in meta.members]
         self._started = time.monotonic()
         self._steps_at_start = self.env_steps
         calls_left = -(-(self.num_updates - self.update) // self.updates_per_call)
@@ -419,8 +462,8 @@ class Trainer:
         profiled = self.calls == self._profiled_call
         started = time.perf_counter()
         with profiling.trace(self.options.profile if profiled else None):
-            self.state, metrics = self._train_fn(self.state)
-            rows = split_updates(to_host(metrics), self.updates_per_call)  # waits for the call
+            self.state, metrics = self._train_fn(self.state, self.hyper)
+            rows = member_rows(to_host(metrics), len(self.members))  # waits for the call
             finished = time.perf_counter()
         if profiled:
             self.say(
@@ -428,7 +471,6 @@ class Trainer:
                 f"{self.options.profile}, or open its {profiling.PERFETTO_FILE} at ui.perfetto.dev)"
             )
         self.calls += 1
-        first_update, steps_before = self.update, self.env_steps
         self.update += self.updates_per_call
         self.env_steps += self.updates_per_call * self.batch_size
         rate = None
@@ -437,34 +479,50 @@ class Trainer:
             self.say(f"first call (compile + {self.updates_per_call} updates): {self.compile_seconds:.1f} s")
         else:
             # End to end: since the previous call finished, host work (logs, saves) included.
-            rate = self.updates_per_call * self.batch_size / (finished - self._last_call_finished)
+            # Summed over the members: env steps the program stepped per second.
+            rate = len(self.members) * self.updates_per_call * self.batch_size / (finished - self._last_call_finished)
         # Writing a trace takes a while: the next call's rate starts after it.
         self._last_call_finished = time.perf_counter() if profiled else finished
         interval = self.options.log_interval
-        stride = self.updates_per_call // len(rows)
-        logged_any = False
+        log_now = ((self.update - self.updates_per_call) // interval != self.update // interval
+                   or self.update >= self.num_updates)
         for index, row in enumerate(rows):
-            update = first_update + (index + 1) * stride
-            steps = steps_before + (update - first_update) * self.batch_size
             if rate is not None:
                 row["perf/steps_per_sec"] = rate
                 row["perf/steps_per_sec_per_device"] = rate / self.num_devices
-            for warning in self.health.check(row):
-                self._warn(warning, update, steps)
+            for warning in self.health[index].check(row):
+                self._warn(warning, self.update, self.env_steps, index)
                 self.diverged |= warning.fatal
             if has_episodes(row) and math.isfinite(row.get("episode/return", math.nan)):
-                self._recent_return = row["episode/return"]
-            if (update - stride) // interval != update // interval or update >= self.num_updates:
-                self.logger.scalars(loggable(row), steps)
-                logged_any = True
-        if logged_any or self.diverged:
-            self.progress.print(format_metrics_line(self.update, self.env_steps, loggable(rows[-1]), self.num_devices))
-        self.progress.update(self.env_steps, rate, self._recent_return)
+                self.recent_returns[index] = row["episode/return"]
+            if log_now:
+                self.member_loggers[index].scalars(loggable(row), self.env_steps)
+        if len(rows) > 1 and log_now:
+            self.logger.scalars(population_scalars(rows), self.env_steps)
+        if log_now or self.diverged:
+            if len(rows) == 1:
+                line = format_metrics_line(self.update, self.env_steps, loggable(rows[0]), self.num_devices)
+            else:
+                line = format_population_line(self.update, self.env_steps, [loggable(r) for r in rows],
+                                              [m.name for m in self.members], self.num_devices)
+            self.progress.print(line)
+        self.progress.update(self.env_steps * len(self.members), rate, self._progress_return())
         return rows
 
-    def _warn(self, warning: HealthWarning, update: int, step: int) -> None:
-        self.progress.print(f"warning [{warning.kind}] at update {update}: {warning.message}")
-        self.logger.text("health", f"[{warning.kind}] {warning.message}", step)
+    def _progress_return(self) -> float | None:
+        """The return the progress bar shows: the run's, or the population's median."""
+        known = [r for r in self.recent_returns if r is not None]
+        return float(np.median(known)) if known else None
+
+    def best_member(self) -> int:
+        """The member with the best recent mean episode return (0 before any episode)."""
+        known = [(r, -i) for i, r in enumerate(self.recent_returns) if r is not None and math.isfinite(r)]
+        return -max(known)[1] if known else 0
+
+    def _warn(self, warning: HealthWarning, update: int, step: int, member: int = 0) -> None:
+        who = f" member {member} ({self.members[member].name})" if len(self.members) > 1 else ""
+        self.progress.print(f"warning [{warning.kind}] at update {update}{who}: {warning.message}")
+        self.member_loggers[member].text("health", f"[{warning.kind}] {warning.message}", step)
 
     def say(self, line: str) -> None:
         self.progress.print(line)
@@ -506,17 +564,30 @@ class Trainer:
                 run_name=self.run_name,
                 leaves=checkpoint.leaf_table(arrays),
                 env=describe(self.env),
+                members=self._member_table(),
             )
             path = checkpoint.save(self.checkpoint_dir, arrays, meta, keep=self.options.keep_checkpoints)
+            for logger in self.member_loggers:
+                logger.flush()
             self.logger.flush()
         self._saved_update = self.update
         self._last_save_time = time.monotonic()
         self.last_checkpoint = path
         return path
 
+    def _member_table(self) -> list[dict[str, Any]]:
+        """The members as a checkpoint and `policy.json` record them."""
+        return [{"index": m.index, "name": m.name, "seed": m.seed, "hyper": m.hyper,
+                 "recent_return": self.recent_returns[m.index]} for m in self.members]
+
     def export_policy(self) -> Path:
-        """Write `policy.eqx` (parameters only) and `policy.json` into the run directory."""
-        params = checkpoint.tree_on_host(self.state.params)
+        """Write `policy.eqx` (parameters only) and `policy.json` into the run directory.
+
+        A population exports its best member by recent return (`best_member`); the
+        checkpoint holds all of them (`bin/evaluate --member`).
+        """
+        best = self.best_member()
+        params = checkpoint.tree_on_host(member_of(self.state.params, best))
         path = self.run_dir / checkpoint.POLICY_PARAMS
         if self.is_writer:
             checkpoint.export_policy(
@@ -530,19 +601,22 @@ class Trainer:
                     "update": self.update,
                     "env_steps": self.env_steps,
                     "config": _fields(self.config),
+                    "member": self.members[best].name,
+                    "members": self._member_table(),
                 },
             )
         return path
 
     def summary(self) -> str:
         elapsed = time.monotonic() - self._started
-        steps = self.env_steps - self._steps_at_start
+        steps = (self.env_steps - self._steps_at_start) * len(self.members)
         rate = f"{format_count(steps / elapsed)} steps/s overall" if elapsed > 0 else ""
         return f"{format_count(steps)} steps in {format_duration(elapsed)} ({rate})"
 
     def close(self) -> None:
         self.progress.close()
-        self.logger.close()
+        for logger in {id(x): x for x in [self.logger, *self.member_loggers]}.values():
+            logger.close()
 
 
 class _StopSignals:

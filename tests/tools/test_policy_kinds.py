@@ -55,30 +55,36 @@ def test_an_exported_policy_of_any_kind_loads(tmp_path, kind, critic):
     acts(loaded.network)
 
 
+def members(*returns):
+    return [{"index": i, "name": f"seed={i}", "seed": i, "hyper": {}, "recent_return": r}
+            for i, r in enumerate(returns)]
+
+
 @pytest.mark.parametrize("kind, critic", KINDS)
 def test_a_checkpoint_of_any_kind_loads(tmp_path, kind, critic):
+    # a population of two: the checkpoint's parameters lead with the member axis
     arch = architecture(kind, critic)
-    params = checkpoint.network_like(arch, jax.random.key(2))
-    arrays = checkpoint.tree_to_host(StandInState(params=params, update=jnp.int32(3)))
+    first, second = (checkpoint.network_like(arch, jax.random.key(k)) for k in (2, 3))
+    population = jax.tree.map(lambda a, b: jnp.stack([a, b]), first, second)
+    arrays = checkpoint.tree_to_host(StandInState(params=population, update=jnp.int32(3)))
     meta = CheckpointMeta(game_version=C.GAME_VERSION, architecture=arch, layout=Layout(8, 1, 1), update=3,
-                          env_steps=384, config={}, run_name="stand-in", leaves=checkpoint.leaf_table(arrays))
+                          env_steps=384, config={}, run_name="stand-in", leaves=checkpoint.leaf_table(arrays),
+                          members=members(-1.0, 2.0))
     checkpoint.save(tmp_path / "run" / checkpoint.CHECKPOINTS_DIR, arrays, meta)
     loaded = policy.load(tmp_path / "run")
     assert loaded.architecture == arch
-    assert_same_network(loaded.network, params)
+    assert loaded.member == "seed=1", "the best member by recent return by default"
+    assert_same_network(loaded.network, second)
     acts(loaded.network)
+    for asked in (0, "0", "seed=0"):
+        assert_same_network(policy.load(tmp_path / "run", member=asked).network, first)
+    with pytest.raises(policy.PolicyError, match="no member 2; it holds 2"):
+        policy.load(tmp_path / "run", member=2)
+    with pytest.raises(policy.PolicyError, match="no member named 'seed=7'; its members are: seed=0, seed=1"):
+        policy.load(tmp_path / "run", member="seed=7")
     # a checkpoint whose meta names another kind than its weights is refused with the reason
     lying = dataclasses.replace(meta, architecture=dataclasses.replace(arch, network="mlp" if kind == "conv" else "conv"),
                                 update=4)
     checkpoint.save(tmp_path / "lying", arrays, lying)
     with pytest.raises(policy.PolicyError, match="its parameters are not the network its meta describes"):
         policy.load(tmp_path / "lying")
-
-
-def test_a_conv_policy_for_another_observation_is_refused(tmp_path):
-    arch = dataclasses.replace(architecture("conv", "shared"), obs_size=8)
-    params = checkpoint.network_like(architecture("mlp", "shared"), jax.random.key(0))
-    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params),
-                             {**dataclasses.asdict(arch), "game_version": C.GAME_VERSION})
-    with pytest.raises(policy.PolicyError, match="obs_size is 8"):
-        policy.load(tmp_path)

@@ -57,10 +57,13 @@ class StandInState(eqx.Module):
 
 def save_checkpoint(directory: Path, params: Network, arch: Architecture = ARCH, update: int = 3,
                     **meta_changes) -> Path:
-    arrays = checkpoint.tree_to_host(StandInState(params=params, update=jnp.int32(update)))
+    # a single run: a population of one member, its leaves with the member axis
+    population = jax.tree.map(lambda x: x[None], params)
+    arrays = checkpoint.tree_to_host(StandInState(params=population, update=jnp.int32(update)))
     meta = CheckpointMeta(
         game_version=C.GAME_VERSION, architecture=arch, layout=Layout(8, 1, 1), update=update,
-        env_steps=update * 128, config={}, run_name="stand-in", leaves=checkpoint.leaf_table(arrays))
+        env_steps=update * 128, config={}, run_name="stand-in", leaves=checkpoint.leaf_table(arrays),
+        members=[{"index": 0, "name": "seed=0", "seed": 0, "hyper": {}, "recent_return": None}])
     return checkpoint.save(directory, arrays, dataclasses.replace(meta, **meta_changes))
 
 

@@ -24,10 +24,12 @@ from hm.train.learner import init, make_train_fn, total_env_steps
 
 
 def config(devices: int) -> TrainConfig:
-    # 6 steps, 4 minibatches: groups of 2 env slots (the general minibatch layout)
+    # 6 steps, 4 minibatches: groups of 2 env slots (the general minibatch layout); a
+    # population of 2 learning rates x 2 seeds, so members and devices are both exercised
     return TrainConfig(num_envs=16, num_steps=6, total_timesteps=16 * 6 * 2, hidden_dim=32,
                        num_minibatches=4, update_epochs=2, updates_per_call=2, lr=5e-3, gamma=0.9,
-                       ent_coef=0.01, max_episode_steps=5, precision="f32", devices=devices)
+                       ent_coef=0.01, max_episode_steps=5, precision="f32", devices=devices,
+                       num_seeds=2, sweep=(("lr", (5e-3, 1e-3)),))
 
 
 def train_one_chunk(devices: int):
@@ -38,11 +40,11 @@ def train_one_chunk(devices: int):
     resolved = resolve(cfg, "cpu", jax.device_count())
     env = probe_suite()
     mesh = mesh_lib.make_mesh(devices)
-    state = init(resolved, 0, env=env, mesh=mesh)
+    state = init(resolved, env=env, mesh=mesh)   # each member from its own seed
     state, metrics = make_train_fn(resolved, env, mesh)(state)
     leaves = mesh_lib.to_host(jax.tree.leaves(state.params))
-    extra = {"loss": float(mesh_lib.to_host(metrics["loss/total"])), "steps": total_env_steps(state),
-             "episodes": int(mesh_lib.to_host(metrics["episode/count"]))}
+    extra = {"loss": mesh_lib.to_host(metrics["loss/total"]).tolist(), "steps": total_env_steps(state),
+             "episodes": mesh_lib.to_host(metrics["episode/count"]).tolist()}
     return {f"leaf_{i}": leaf for i, leaf in enumerate(leaves)}, extra
 
 

@@ -254,7 +254,14 @@ def test_non_finite_state_is_detected():
 
 def test_unknown_format_is_refused(tmp_path):
     path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/999")
-    with pytest.raises(CheckpointError, match="unknown checkpoint format"):
+    with pytest.raises(CheckpointError, match="'hm-checkpoint/999' cannot be read .unknown format.; "
+                                              "this version reads 'hm-checkpoint/2'"):
+        checkpoint.read_meta(path)
+
+
+def test_a_checkpoint_from_before_populations_is_refused_with_the_reason(tmp_path):
+    path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/1")
+    with pytest.raises(CheckpointError, match="written before populations"):
         checkpoint.read_meta(path)
 
 

@@ -1,6 +1,7 @@
 """Auto-scaling table, validation messages, and saving of the training configuration."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -9,6 +10,7 @@ from hm.train.config import (
     ResolvedConfig,
     TrainConfig,
     from_dict,
+    members,
     resolve,
     to_dict,
     validate,
@@ -143,11 +145,12 @@ def test_fields_are_exactly_the_cli_flags():
         "num_envs", "num_steps", "total_timesteps", "lr", "gamma", "gae_lambda", "num_minibatches",
         "update_epochs", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "hidden_dim",
         "num_layers", "network", "critic", "precision", "seed", "max_episode_steps", "updates_per_call",
-        "devices"]
+        "devices", "num_seeds", "sweep"]
 
 
 def test_dict_round_trip():
-    config = TrainConfig(num_envs=64, lr=1e-3)
+    config = TrainConfig(num_envs=64, lr=1e-3, num_seeds=2, sweep=(("ent_coef", (0.01, 0.05)),))
+    assert from_dict(json.loads(json.dumps(to_dict(config)))) == config, "through JSON, as config.json"
     assert from_dict(to_dict(config)) == config
     resolved = resolve(config, "tpu", 4)
     data = to_dict(resolved)
@@ -155,3 +158,47 @@ def test_dict_round_trip():
     assert from_dict(data) == resolved and isinstance(from_dict(data), ResolvedConfig)
     with pytest.raises(ValueError, match="unknown"):
         from_dict({**to_dict(config), "bogus": 1})
+
+
+# Populations.
+
+
+def test_members_are_combinations_times_seeds():
+    config = TrainConfig(seed=5, num_seeds=2, sweep=(("lr", (1e-4, 3e-4)), ("ent_coef", (0.01, 0.05))))
+    validate(config, 1)
+    resolved = resolve(config, "cpu", 1)
+    found = members(resolved)
+    assert resolved.num_members == len(found) == 8
+    assert [m.name for m in found[:3]] == ["lr=0.0001,ent-coef=0.01,seed=5", "lr=0.0001,ent-coef=0.01,seed=6",
+                                           "lr=0.0001,ent-coef=0.05,seed=5"]
+    assert [m.index for m in found] == list(range(8))
+    last = found[-1]
+    assert (last.seed, last.hyper["lr"], last.hyper["ent_coef"]) == (6, 3e-4, 0.05)
+    # what is not swept is the config's own (resolved) value
+    assert {m.hyper["gamma"] for m in found} == {resolved.gamma}
+
+
+def test_a_single_run_is_one_member():
+    (member,) = members(resolve(TrainConfig(seed=3), "cpu", 1))
+    assert member.name == "seed=3" and member.seed == 3 and member.hyper["lr"] == 1e-3
+
+
+@pytest.mark.parametrize("sweep, num_seeds, message", [
+    ((("bogus", (1.0,)),), 1, "--sweep cannot sweep 'bogus': there is no such setting"),
+    ((("num_envs", (8.0, 16.0)),), 1, "--sweep cannot sweep 'num-envs': num-envs changes the program's array shapes"),
+    ((("hidden_dim", (8.0,)),), 1, "cannot sweep 'hidden-dim'"),
+    ((("seed", (1.0, 2.0)),), 1, "use --num-seeds N"),
+    ((("lr", ()),), 1, "--sweep lr= has no values"),
+    ((("lr", (1e-3, 2.0)),), 1, "--sweep lr=2.0: --lr must be a number in (0, 1]"),
+    ((("gamma", (1.5,)),), 1, "--sweep gamma=1.5: --gamma must be a number in [0, 1]"),
+    ((("ent_coef", (-1.0,)),), 1, "--sweep ent-coef=-1.0: --ent-coef must be a number >= 0"),
+    ((("lr", (1e-3,)), ("lr", (2e-3,))), 1, "--sweep gives lr twice"),
+    ((("lr", (1e-3, 1e-3)),), 1, "--sweep lr lists a value twice"),
+    ((("lr", tuple(i / 1e4 for i in range(1, 41))),), 30, "gives 1200 members; at most 1024"),
+    ((), 0, "--num-seeds must be an integer in [1, 1024]; got 0"),
+])
+def test_bad_populations_name_the_flag(sweep, num_seeds, message):
+    with pytest.raises(ConfigError) as error:
+        validate(TrainConfig(sweep=sweep, num_seeds=num_seeds), 1)
+    assert error.value.flag == ("--num-seeds" if num_seeds == 0 else "--sweep")
+    assert message in str(error.value)

@@ -31,10 +31,11 @@ def game_run():
 
     def call(state):
         state, metrics = train(state)
-        observations.append(np.asarray(state.envs.obs))
-        masks.append(np.asarray(state.envs.mask))
-        assert np.isfinite(float(metrics["loss/total"]))
-        return state, (float(metrics["episode/return"]), int(metrics["episode/count"]))
+        # a single run is a population of one: drop the member axis
+        observations.append(np.asarray(state.envs.obs)[0])
+        masks.append(np.asarray(state.envs.mask)[0])
+        assert np.isfinite(float(metrics["loss/total"][0]))
+        return state, (float(metrics["episode/return"][0]), int(metrics["episode/count"][0]))
 
     # A uniformly random legal policy: zero policy head (equal logits), reset before every
     # call; a call's episode statistics come from its rollout, before its update.

@@ -179,10 +179,10 @@ def tiny_config():
 
 def test_rollout_sums_the_masks_actions_were_sampled_under():
     learner = Learner(env=probe_suite(), config=tiny_config())
-    params = learner.init_params(jax.random.key(0))
-    _, trajectory, stats = eqx.filter_jit(learner.rollout)(params, learner.init_envs(), jax.random.key(1))
-    assert stats.legal.dtype == jnp.float32 and stats.legal.shape == (learner.env.num_actions,)
-    np.testing.assert_array_equal(np.asarray(stats.legal), np.asarray(trajectory.mask).sum(axis=(0, 1)))
+    params = jax.vmap(learner.init_params)(jax.random.key(0)[None])   # a population of one
+    _, trajectory, stats = eqx.filter_jit(learner.rollout)(params, learner.init_envs(), jax.random.key(1)[None])
+    assert stats.legal.dtype == jnp.float32 and stats.legal.shape == (1, learner.env.num_actions)
+    np.testing.assert_array_equal(np.asarray(stats.legal), np.asarray(trajectory.mask).sum(axis=(0, 2)))
     assert not np.all(np.asarray(trajectory.mask)), "the probes have illegal actions"
 
 
@@ -192,12 +192,12 @@ def test_legal_shares_reach_the_health_check_by_name():
     steps = learner.config.steps_per_call
     legal = jnp.zeros((C.NUM_ACTIONS,)).at[C.ACTION_SIPHON].set(0.5 * steps).at[:4].set(steps)
     actions = jnp.zeros((C.NUM_ACTIONS,)).at[0].set(steps)       # always up, never a siphon
-    zero, zero_f = jnp.int32(0), jnp.float32(0)
+    zero, zero_f = jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.float32)   # one member
     stats = StepStats(episodes=zero, episode_return=zero_f, episode_length=zero_f, episode_stage=zero_f,
-                      max_stage=zero, wins=zero, reward_terms=jnp.zeros((len(C.REWARD_TERMS),)),
-                      actions=actions, legal=legal)
+                      max_stage=zero, wins=zero, reward_terms=jnp.zeros((1, len(C.REWARD_TERMS))),
+                      actions=actions[None], legal=legal[None])
     per_update = jax.tree.map(lambda x: x[None], stats)   # as the update scan stacks them
-    metrics = {name: float(value) for name, value in learner._episode_metrics(per_update).items()}
+    metrics = {name: float(value[0]) for name, value in learner._episode_metrics(per_update).items()}
     assert metrics["legal/siphon_frac"] == 0.5 and metrics["legal/move_frac"] == 4.0
     assert {f"legal/program/{name}" for name in C.PROGRAM_NAMES} <= metrics.keys()
     monitor = HealthMonitor(HealthThresholds(dying_updates=3))

@@ -18,6 +18,7 @@ from hm.train.learner import (
     Samples,
     init,
     make_train_fn,
+    member_of,
     reshard_for,
     total_env_steps,
 )
@@ -59,6 +60,8 @@ def probe_run():
 
 
 def policy_and_values(params, env, precision="f32"):
+    """The probe's learned policy and values; `params` of a population of one (its member)."""
+    params = member_of(params, 0)
     logits, values = evaluate(params, jnp.eye(env.obs_size), precision)
     probs = distributions.probs(logits, env.legal)
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
@@ -93,14 +96,15 @@ def test_metrics_and_counters(probe_run):
                  "ppo/clip_frac", "ppo/explained_variance", "ppo/grad_norm", "ppo/lr",
                  "episode/return", "episode/length", "episode/highest_stage", "episode/win_rate",
                  "episode/count", "episode/max_stage", "reward/reward", "env_steps"):
-        assert metrics[name].shape == (), name
-        assert np.isfinite(float(metrics[name])), name
-    assert float(metrics["ppo/lr"]) == pytest.approx(5e-3)
+        # one value per member (a single run is a population of one); env_steps is shared
+        assert metrics[name].shape == (() if name == "env_steps" else (1,)), name
+        assert np.all(np.isfinite(metrics[name])), name
+    assert float(metrics["ppo/lr"][0]) == pytest.approx(5e-3)
     assert int(metrics["env_steps"]) == 16 * 16 * UPDATES
-    assert int(metrics["episode/count"]) > 0
-    assert float(metrics["ppo/explained_variance"]) > 0.9
+    assert int(metrics["episode/count"][0]) > 0
+    assert float(metrics["ppo/explained_variance"][0]) > 0.9
     # episodes: mean return of the probe starts under the learned policy
-    assert 0.5 < float(metrics["episode/return"]) < 2.5
+    assert 0.5 < float(metrics["episode/return"][0]) < 2.5
     assert int(probe_run.state.update) == 2 * UPDATES
     assert total_env_steps(probe_run.state) == 2 * UPDATES * 16 * 16
 
@@ -137,12 +141,12 @@ def test_same_seed_same_parameters(probe_run):
 def test_reshard_keeps_weights_and_counters(probe_run):
     bigger = dataclasses.replace(probe_run.resolved, num_envs=32)
     state = reshard_for(probe_run.state, bigger, env=probe_run.env, mesh=probe_run.mesh)
-    assert state.envs.obs.shape == (32, probe_run.env.obs_size)
+    assert state.envs.obs.shape == (1, 32, probe_run.env.obs_size)
     np.testing.assert_array_equal(state.params.trunk[0].weight, probe_run.state.params.trunk[0].weight)
     assert int(state.update) == int(probe_run.state.update)
     assert total_env_steps(state) == total_env_steps(probe_run.state)
     adam = state.opt_state[1][0]
-    assert int(adam.count) == 0 and float(jnp.abs(adam.mu.trunk[0].weight).max()) == 0.0
+    assert int(adam.count[0]) == 0 and float(jnp.abs(adam.mu.trunk[0].weight).max()) == 0.0
 
 
 def test_bf16_learner_runs_and_learns():
@@ -150,7 +154,7 @@ def test_bf16_learner_runs_and_learns():
     result = run(resolved, probe_suite(), calls=2)
     for leaf in jax.tree.leaves(result.state.params):
         assert leaf.dtype == jnp.float32 and np.all(np.isfinite(leaf))
-    assert all(np.isfinite(float(v)) for v in result.metrics[-1].values())
+    assert all(np.all(np.isfinite(v)) for v in result.metrics[-1].values())
     learned = policy_and_values(result.state.params, result.env, "bf16")
     assert learned["constant"][1] == pytest.approx(1.0, abs=0.1)
     assert learned["negative"][1] == pytest.approx(-1.0, abs=0.1)
@@ -158,14 +162,20 @@ def test_bf16_learner_runs_and_learns():
 
 
 def test_truncation_values_on_every_path():
+    # two members with their own networks: each row is valued by its own member's
     env = probe_suite()
-    learner = Learner(env=env, config=probe_config(num_envs=64, max_episode_steps=1000))
-    params = learner.init_params(jax.random.key(0))
-    obs = jax.random.normal(jax.random.key(1), (64, env.obs_size))
-    _, full = evaluate(params, obs, "f32")
+    learner = Learner(env=env, config=probe_config(num_envs=64, max_episode_steps=1000, num_seeds=2))
+    params = jax.vmap(learner.init_params)(jax.random.split(jax.random.key(0), 2))
+    obs = jax.random.normal(jax.random.key(1), (2, 64, env.obs_size))
+    full = jnp.stack([evaluate(member_of(params, i), obs[i], "f32")[1] for i in range(2)])
     values = jax.jit(lambda p, o, t: learner.truncation_values(p, o, t))
-    for count in (0, 3, 9, 64):  # none, compacted (capacity 9), capacity, every row
-        truncated = jnp.zeros(64, bool).at[jax.random.permutation(jax.random.key(count), 64)[:count]].set(True)
+
+    def cut(count, key):
+        return jnp.zeros(64, bool).at[jax.random.permutation(jax.random.key(key), 64)[:count]].set(True)
+
+    # none, compacted (capacity 9), capacity, every row; the other member with fewer
+    for count, other in ((0, 0), (3, 1), (9, 0), (64, 5), (2, 9)):
+        truncated = jnp.stack([cut(count, count), cut(other, 100 + other)])
         got = values(params, obs, truncated)
         np.testing.assert_allclose(got, jnp.where(truncated, full, 0.0), rtol=1e-5, atol=1e-6)
 

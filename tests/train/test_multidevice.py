@@ -49,12 +49,14 @@ def test_update_on_several_devices_matches_one(layouts, devices):
     one, many = _params(layouts / "params_1.npz"), _params(layouts / f"params_{devices}.npz")
     assert len(one) == len(many) == 8
     for a, b in zip(one, many):
+        assert a.shape[0] == 4, "a population of 4 members (2 learning rates x 2 seeds)"
         assert a.shape == b.shape and a.dtype == b.dtype == np.float32
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     summary = json.loads((layouts / "devices.json").read_text())
     assert summary[str(devices)]["steps"] == summary["1"]["steps"] == 16 * 6 * 2
     assert summary[str(devices)]["episodes"] == summary["1"]["episodes"]
     assert summary[str(devices)]["loss"] == pytest.approx(summary["1"]["loss"], rel=1e-5)
+    assert len(set(summary["1"]["loss"])) == 4, "the members differ"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from probes import PROBE_STATES, GridProbe, TabularState, probe_suite
 from hm.game import constants as C
 from hm.train import distributions
 from hm.train.config import TrainConfig, resolve
-from hm.train.learner import init, make_train_fn
+from hm.train.learner import init, make_train_fn, member_of
 from hm.train.mesh import make_mesh
 from hm.train.network import CELL_CHANNELS, CRITICS, KINDS, Network, evaluate, flops_per_sample
 from hm.train.precision import cast_floating
@@ -161,7 +161,7 @@ def train_probe(kind: str, critic: str):
     mesh = make_mesh(1)
     state, _ = make_train_fn(resolved, env, mesh)(init(resolved, 0, env=env, mesh=mesh))
     states = TabularState(state=jnp.arange(len(PROBE_STATES), dtype=jnp.int32))
-    logits, values = evaluate(state.params, jax.vmap(env.observe)(states), "f32")
+    logits, values = evaluate(member_of(state.params, 0), jax.vmap(env.observe)(states), "f32")
     probs = distributions.probs(logits, env.tabular.legal)
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
 

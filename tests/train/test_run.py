@@ -25,10 +25,10 @@ import pytest
 from compiles import compilations
 
 from hm.game.constants import PROGRAM_NAMES, REWARD_TERMS
-from hm.train import NullEnv, TrainConfig, checkpoint, to_host
+from hm.train import NullEnv, TrainConfig, checkpoint, member_of, to_host
 from hm.train.logging import read_scalars, read_tags, tensorboard_tag
 from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
-from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, new_run_dir, run, split_updates
+from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, member_rows, new_run_dir, run
 from tests.train.conftest import TINY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["config"] == dataclasses.asdict(TINY)
+    assert config["config"] == json.loads(json.dumps(dataclasses.asdict(TINY)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
 
@@ -84,7 +84,7 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert checkpoints == ["ckpt_00000002.ckpt", "ckpt_00000004.ckpt"], "periodic, then final"
     assert checkpoint.read_meta(run_dir / "checkpoints" / "ckpt_00000004.ckpt").env_steps == 256
 
-    assert_bitwise_equal(checkpoint.load_policy(run_dir), trainer.state.params)
+    assert_bitwise_equal(checkpoint.load_policy(run_dir), member_of(trainer.state.params, 0))
     policy = json.loads((run_dir / "policy.json").read_text())
     assert policy["hidden_dim"] == 16 and policy["num_layers"] == 1 and policy["network"] == "mlp"
     assert policy["critic"] == "shared"
@@ -174,7 +174,7 @@ def test_resume_with_other_num_envs_keeps_weights_and_says_so(make_trainer, tmp_
     assert (resumed.update, resumed.env_steps) == (2, 128)
     moments = [np.asarray(x) for x in jax.tree_util.tree_leaves(resumed.state.opt_state) if np.ndim(x) > 0]
     assert moments and all(not m.any() for m in moments), "Adam moments start from zero again"
-    assert resumed.state.envs.obs.shape[0] == 16
+    assert resumed.state.envs.obs.shape[:2] == (1, 16)
     resumed.call()
     assert resumed.update == 4
 
@@ -195,10 +195,10 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(make_trainer, tmp_path):
     trainer, console = make_trainer("diverges", save_interval=2)
     real = trainer._train_fn
 
-    def diverge_on_second_call(state):
-        state, metrics = real(state)
+    def diverge_on_second_call(state, hyper):
+        state, metrics = real(state, hyper)
         if trainer.calls == 1:
-            metrics = {**metrics, "loss/total": jnp.float32(jnp.nan)}
+            metrics = {**metrics, "loss/total": jnp.full((1,), jnp.nan)}
             state = eqx.tree_at(lambda s: s.params.value_head.bias, state, state.params.value_head.bias * jnp.nan)
         return state, metrics
 
@@ -220,9 +220,9 @@ def test_sigint_saves_then_exits(make_trainer, tmp_path):
     trainer, console = make_trainer("interrupted", save_interval_minutes=60)
     real = trainer._train_fn
 
-    def interrupted(state):
+    def interrupted(state, hyper):
         os.kill(os.getpid(), signal.SIGINT)
-        return real(state)
+        return real(state, hyper)
 
     trainer._train_fn = interrupted
     assert run(trainer) == 128 + signal.SIGINT
@@ -337,7 +337,7 @@ def test_two_processes_train_and_only_process_0_writes(tmp_path, compile_cache, 
     latest = checkpoint.find_checkpoint(run_dir)
     meta = checkpoint.read_meta(latest)
     assert meta.layout == checkpoint.Layout(num_envs=8, num_devices=2, num_processes=2)
-    assert meta.leaves[".envs.obs"][0] == (8, 1545), "every process's env slots were gathered"
+    assert meta.leaves[".envs.obs"][0] == (1, 8, 1545), "every process's env slots were gathered"
 
     # The same checkpoint continues in one process on one device: weights kept.
     resumed, console = make_trainer(None, resume=latest)
@@ -370,10 +370,12 @@ def test_new_run_dir_never_reuses_a_directory(tmp_path):
     assert (tmp_path / "new" / "fresh").is_dir()
 
 
-def test_split_updates_scalars_and_vectors():
-    assert split_updates({"a": np.float32(1.5), "b": np.int32(3)}, 4) == [{"a": 1.5, "b": 3.0}]
-    rows = split_updates({"a": np.array([1.0, 2.0]), "b": np.float32(7)}, 2)
+def test_member_rows_split_per_member_metrics():
+    assert member_rows({"a": np.array([1.5]), "b": np.int32(3)}, 1) == [{"a": 1.5, "b": 3.0}]
+    rows = member_rows({"a": np.array([1.0, 2.0]), "b": np.float32(7)}, 2)
     assert rows == [{"a": 1.0, "b": 7.0}, {"a": 2.0, "b": 7.0}]
+    with pytest.raises(ValueError, match="metric a has shape"):
+        member_rows({"a": np.zeros(3)}, 2)
 
 
 def test_episode_means_are_not_logged_without_episodes():

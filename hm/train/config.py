@@ -99,39 +99,24 @@ class TrainConfig:
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class ResolvedConfig:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResolvedConfig(TrainConfig):
     """Every value concrete: what the learner runs with, saved with the run.
 
-    `devices` is the number of devices used; `backend` the JAX platform it was resolved
-    for; `auto` names the fields whose values were chosen automatically.
+    The fields of `TrainConfig`; those it may leave to auto-scaling (`None`) are
+    redeclared here with their concrete types. `devices` is the number of devices used;
+    `backend` the JAX platform it was resolved for; `auto` names the fields whose values
+    were chosen automatically.
     """
 
-    num_envs: int
-    num_steps: int
-    total_timesteps: int
     lr: float
-    gamma: float
-    gae_lambda: float
     num_minibatches: int
     update_epochs: int
-    clip_eps: float
-    vf_coef: float
-    ent_coef: float
-    max_grad_norm: float
-    hidden_dim: int
-    num_layers: int
-    network: str
-    critic: str
     precision: Literal["f32", "bf16"]
-    seed: int
-    max_episode_steps: int
     updates_per_call: int
     devices: int
     backend: str
     auto: tuple[str, ...] = ()
-    num_seeds: int = 1
-    sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def batch_size(self) -> int:

@@ -23,10 +23,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int32, UInt32
+from jaxtyping import Array, Bool, Int32
 
 from hm.game import bitboard, entities, geometry
 from hm.game import constants as C
+from hm.game.bitboard import CELLS_PER_WORD
 from hm.game.state import GameState
 
 _CREDIT_COST = C.PROGRAM_CREDIT_COST
@@ -35,25 +36,16 @@ _CELL_IDS = np.arange(C.NUM_CELLS, dtype=np.int32)
 _PROGRAM_IDS = np.arange(C.NUM_PROGRAMS, dtype=np.int32)
 _ROW_OF = geometry.ROW_OF
 _COL_OF = geometry.COL_OF
-_HALF = C.NUM_CELLS // 2
 
-# Bitboard words of static cell sets, indexed by cell: the cell's row, its column, its 8
-# surrounding cells (§9.3), its cross (§8). `_LO` is word 0 (cells 0–17), `_HI` word 1.
-
-
-def _words(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    words = bitboard.table(masks)
-    return words[..., 0], words[..., 1]
-
-
-_ROW_LO, _ROW_HI = _words(_ROW_OF[:, None] == _ROW_OF[None, :])
-_COL_LO, _COL_HI = _words(_COL_OF[:, None] == _COL_OF[None, :])
-_SURROUNDING_LO, _SURROUNDING_HI = _words(geometry.SURROUNDING_MASK)
-_CROSS_LO, _CROSS_HI = _words(geometry.CROSS_MASK)
-_FULL_WORD = np.uint32((1 << _HALF) - 1)
+# Bitboards of static cell sets, indexed by cell: the cell's row, its column, its 8
+# surrounding cells (§9.3), its cross (§8).
+_ROW = bitboard.table(_ROW_OF[:, None] == _ROW_OF[None, :])
+_COL = bitboard.table(_COL_OF[:, None] == _COL_OF[None, :])
+_SURROUNDING = bitboard.table(geometry.SURROUNDING_MASK)
+_CROSS = bitboard.table(geometry.CROSS_MASK)
 # Bit `cell % 18` (in word `cell // 18`) of every cell; the shifts of a per-cell OR-reduction.
-_CELL_SHIFT = (_CELL_IDS % _HALF).astype(np.uint32)
-_IN_LO = _CELL_IDS < _HALF
+_CELL_SHIFT = (_CELL_IDS % CELLS_PER_WORD).astype(np.uint32)
+_IN_LO = _CELL_IDS < CELLS_PER_WORD
 
 
 def player_cell(state: GameState) -> Int32[Array, ""]:
@@ -63,17 +55,14 @@ def player_cell(state: GameState) -> Int32[Array, ""]:
 class _Occupancy(eqx.Module):
     """Bitboards and flags the legality rules need, each from one pass over a list."""
 
-    block_lo: UInt32[Array, ""]
-    block_hi: UInt32[Array, ""]
+    blocks: bitboard.Bitboard
     any_siphoned: Bool[Array, ""]
     any_reducible: Bool[Array, ""]
-    enemy_lo: UInt32[Array, ""]
-    enemy_hi: UInt32[Array, ""]
+    enemies: bitboard.Bitboard
     any_enemy: Bool[Array, ""]
     any_daemon: Bool[Array, ""]
     any_virus: Bool[Array, ""]
-    transmission_lo: UInt32[Array, ""]
-    transmission_hi: UInt32[Array, ""]
+    transmissions: bitboard.Bitboard
     any_transmission: Bool[Array, ""]
 
 
@@ -84,28 +73,27 @@ def _occupancy(state: GameState) -> _Occupancy:
     bit = np.uint32(1) << _CELL_SHIFT
     # Word 0 also carries two board flags above its 18 cell bits.
     board_lo = (jnp.where(is_block & _IN_LO, bit, np.uint32(0))
-                | (b.siphoned.astype(jnp.uint32) << _HALF)
-                | (reducible.astype(jnp.uint32) << (_HALF + 1)))
+                | (b.siphoned.astype(jnp.uint32) << CELLS_PER_WORD)
+                | (reducible.astype(jnp.uint32) << (CELLS_PER_WORD + 1)))
     board_hi = jnp.where(is_block & ~_IN_LO, bit, np.uint32(0))
     block_lo, block_hi = bitboard.or_reduce(board_lo, board_hi)
-    e_lo, e_hi, e_flags = entities.occupancy_words(e, e.kind == C.DAEMON, e.kind == C.VIRUS)
-    t_lo, t_hi, t_flags = entities.occupancy_words(t)
+    enemies, e_flags = entities.occupancy_words(e, e.kind == C.DAEMON, e.kind == C.VIRUS)
+    transmissions, t_flags = entities.occupancy_words(t)
     one = np.uint32(1)
     return _Occupancy(
-        block_lo=block_lo & np.uint32((1 << _HALF) - 1), block_hi=block_hi,
-        any_siphoned=((block_lo >> _HALF) & one) != 0,
-        any_reducible=((block_lo >> (_HALF + 1)) & one) != 0,
-        enemy_lo=e_lo, enemy_hi=e_hi, any_enemy=(e_flags & one) != 0,
+        blocks=bitboard.Bitboard(block_lo & bitboard.FULL_WORD, block_hi),
+        any_siphoned=((block_lo >> CELLS_PER_WORD) & one) != 0,
+        any_reducible=((block_lo >> (CELLS_PER_WORD + 1)) & one) != 0,
+        enemies=enemies, any_enemy=(e_flags & one) != 0,
         any_daemon=((e_flags >> 1) & one) != 0, any_virus=((e_flags >> 2) & one) != 0,
-        transmission_lo=t_lo, transmission_hi=t_hi, any_transmission=(t_flags & one) != 0)
+        transmissions=transmissions, any_transmission=(t_flags & one) != 0)
 
 
 def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
     p = state.player
     here = player_cell(state)
-    s_lo, s_hi = jnp.asarray(_SURROUNDING_LO)[here], jnp.asarray(_SURROUNDING_HI)[here]
-    crash = bitboard.meets(o.block_lo | o.enemy_lo | o.transmission_lo,
-                   o.block_hi | o.enemy_hi | o.transmission_hi, s_lo, s_hi)
+    crash = bitboard.meets(o.blocks | o.enemies | o.transmissions,
+                           bitboard.take(_SURROUNDING, here))
     any_enemy, any_transmission = o.any_enemy, o.any_transmission
     conditions = [
         any_enemy,                                                    # PUSH
@@ -114,11 +102,9 @@ def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
         any_enemy | any_transmission,                                 # WARP
         any_enemy,                                                    # POLY
         jnp.asarray(True),                                            # WAIT
-        bitboard.meets(o.enemy_lo, o.enemy_hi, o.block_lo, o.block_hi),       # DEBUG
-        bitboard.meets(o.enemy_lo, o.enemy_hi,                                # ROW
-               jnp.asarray(_ROW_LO)[here], jnp.asarray(_ROW_HI)[here]),
-        bitboard.meets(o.enemy_lo, o.enemy_hi,                                # COL
-               jnp.asarray(_COL_LO)[here], jnp.asarray(_COL_HI)[here]),
+        bitboard.meets(o.enemies, o.blocks),                          # DEBUG
+        bitboard.meets(o.enemies, bitboard.take(_ROW, here)),         # ROW
+        bitboard.meets(o.enemies, bitboard.take(_COL, here)),         # COL
         state.history.depth > 0,                                      # UNDO
         jnp.asarray(True),                                            # STEP
         jnp.asarray(True),                                            # SIPH+
@@ -142,19 +128,13 @@ def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
     return ((word >> _PROGRAM_IDS.astype(np.uint32)) & np.uint32(1)) != 0
 
 
-def program_conditions(state: GameState) -> Bool[Array, "23"]:
-    """Each program's own legality condition of §4 (ownership and cost aside)."""
-    return _program_conditions(state, _occupancy(state))
-
-
 def legal_actions(state: GameState) -> Bool[Array, "28"]:
     """The legal-action mask of §5: a direction is legal unless it leads off the board or
     into a block that no enemy stands on (§7 attacks such an enemy)."""
     p = state.player
     o = _occupancy(state)
     targets = jnp.asarray(geometry.NEIGHBOURS)[player_cell(state)]
-    blocked = (bitboard.holds_words(o.block_lo, o.block_hi, targets)
-               & ~bitboard.holds_words(o.enemy_lo, o.enemy_hi, targets))
+    blocked = bitboard.holds(o.blocks, targets) & ~bitboard.holds(o.enemies, targets)
     directional = (targets >= 0) & ~blocked
     siphon = (p.data_siphons > 0)[None]
     programs = (p.owned & (p.credits >= _CREDIT_COST) & (p.energy >= _ENERGY_COST)
@@ -369,11 +349,9 @@ def _cross_view(state: GameState) -> _CrossView:
 
     # Positions whose cross contains every cell of B' (the cells whose cross contains
     # a cell are that cell's cross), as a bitboard: scalar work.
-    cover_lo = jnp.where(in_b, jnp.asarray(_CROSS_LO)[y], _FULL_WORD)
-    cover_hi = jnp.where(in_b, jnp.asarray(_CROSS_HI)[y], _FULL_WORD)
-    cover_lo = cover_lo[1] & cover_lo[2] & cover_lo[3] & cover_lo[4]
-    cover_hi = cover_hi[1] & cover_hi[2] & cover_hi[3] & cover_hi[4]
-    covers = ((jnp.where(_IN_LO, cover_lo, cover_hi) >> _CELL_SHIFT) & np.uint32(1)) != 0
+    cover = bitboard.where(in_b, bitboard.take(_CROSS, y), bitboard.EVERY_CELL)
+    cover = jax.tree.map(lambda w: w[1] & w[2] & w[3] & w[4], cover)      # q's entry left out
+    covers = ((jnp.where(_IN_LO, cover.lo, cover.hi) >> _CELL_SHIFT) & np.uint32(1)) != 0
     better = (~is_block & covers & (sums < (1 << _BAD_SHIFT))
               & (credits >= credits0) & (energy >= energy0)
               & ((credits > credits0) | (energy > energy0)))

@@ -15,7 +15,7 @@ from hm.game import constants as C
 from hm.game.enemy_phase import enemy_phase, push_snapshot
 from hm.game.observation import Observation, observe
 from hm.game.reward import exit_distance, reward_terms
-from hm.game.state import GameState, besides_snapshots, snapshot_of
+from hm.game.state import GameState, besides_snapshots
 
 Info = dict
 
@@ -151,7 +151,7 @@ def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
     # depth), so this select skips them and the push below writes them in place.
     with jax.named_scope("keep_legal"):
         new_state = _keep_legal(is_legal, acted, state)
-        new_state = push_snapshot(new_state, snapshot_of(new_state), is_legal & phase_executed)
+        new_state = push_snapshot(new_state, is_legal & phase_executed)
     info = {
         "reward_terms": {k: jnp.where(is_legal, v, 0.0) for k, v in terms.items()},
         "stage_completed": is_legal & reached_exit,

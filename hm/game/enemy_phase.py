@@ -5,7 +5,8 @@
 the countdown and hatching (`_hatch`), the activations (`_activate`: attack if adjacent,
 else move by rule A, B or C in `_activation`), the scheduled and siphon transmissions
 (placed by `generation.maybe_place_transmissions`), and the stun and disabled updates.
-The caller pushes the UNDO snapshot (`push_snapshot`) once it knows the step stands.
+Step 7, the UNDO push (docs/rules.md#undo), is `push_snapshot`, also here: the one place
+a snapshot is taken and pushed. `core.step` calls it last, once it knows the step stands.
 
 Why it is shaped so. Activations are strictly sequential (each sees the moves before
 it), so within one game they form a loop; what can be vectorised is the games. Under
@@ -20,6 +21,7 @@ or not) are computed once per phase as bit planes; rule C is arithmetic.
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -29,7 +31,8 @@ from jaxtyping import Array, Bool, Int32, Key, UInt32
 
 from hm.game import batching, bitboard, entities, generation
 from hm.game import constants as C
-from hm.game.state import Enemies, GameState, Snapshot, besides_snapshots, pack_snapshot
+from hm.game.bitboard import Bitboard
+from hm.game.state import Enemies, GameState, besides_snapshots, pack_snapshot, snapshot_of
 
 _UNREACHED = 1_000
 _SPEED = C.ENEMY_SPEED.astype(np.int32)
@@ -72,100 +75,47 @@ _hatch_where = batching.where_selected(_hatch_ticked, ("enemies", "transmissions
 # activation is a few dozen operations on `[B]` vectors plus one gather and one scatter:
 # no per-game work over 36 cells.
 
-_HALF = 18
-_ALL = np.uint32((1 << _HALF) - 1)
 _NO_KEY = np.uint32(0xFFFFFFFF)
 _GLITCH_KEY = np.uint32(64)
 # Enemies per cell are counted in bit planes (plane j = bit j of the count), so that an
 # enemy leaving a cell it shares with another (PUSH/PULL can stack them) leaves it
 # occupied. 6 planes count up to 63, past the 36-enemy capacity.
 _PLANES = 6
-# Cell offsets of the canonical directions up, down, left, right (§10.1).
-_STEP = tuple(int(dr * C.COLS + dc) for dr, dc in C.DIRECTION_DELTAS)
-_ACTIVATION_GROUP = 8     # activations skipped as a whole once no game of the batch has any
 # (activations up to, lane divisor): activations `previous stop .. stop − 1` run on about
 # B / divisor lanes, the games that have them (most games have one or two activations).
 _TIERS = ((2, 1), (2 * C.MAX_ENEMIES, 16))
 _MIN_LANES = 8
 
-Words = tuple[UInt32[Array, " B"], UInt32[Array, " B"]]
+
+def _only(on: Bool[Array, "*s"], board: Bitboard) -> Bitboard:
+    """`board` where `on`, else empty."""
+    return jax.tree.map(lambda w: jnp.where(on, w, np.uint32(0)), board)
 
 
-def _bit(cell: Int32[Array, "*s"], on: Bool[Array, "*s"]) -> Words:
+def _bit(cell: Int32[Array, "*s"], on: Bool[Array, "*s"]) -> Bitboard:
     """The bitboard of `cell` where `on`, else empty."""
-    return jax.tree.map(lambda w: jnp.where(on, w, np.uint32(0)), bitboard.cell_words(cell))
+    return _only(on, bitboard.of_cell(cell))
 
 
-def _meets(a: Words, b: Words) -> Bool[Array, " B"]:
-    return bitboard.meets(*a, *b)
-
-
-def _or(a: Words, b: Words) -> Words:
-    return a[0] | b[0], a[1] | b[1]
-
-
-def _and(a: Words, b: Words) -> Words:
-    return a[0] & b[0], a[1] & b[1]
-
-
-def _not(a: Words) -> Words:
-    return ~a[0] & _ALL, ~a[1] & _ALL
-
-
-def _pack(mask: Bool[Array, "36 B"]) -> Words:
-    """A per-cell mask (cells along the first axis) as a bitboard."""
-    shifts = jnp.arange(_HALF, dtype=jnp.uint32)[:, None]
-    bits = mask.astype(jnp.uint32)
-    return (jnp.bitwise_or.reduce(bits[:_HALF] << shifts, axis=0),
-            jnp.bitwise_or.reduce(bits[_HALF:] << shifts, axis=0))
-
-
-def _neighbours(b: Words) -> tuple[Words, Words, Words, Words]:
-    """The cells one step up, down, left and right of `b`'s cells (§10.1's order)."""
-    return bitboard.neighbour_words(*b)
-
-
-def _dilate(b: Words) -> Words:
-    return bitboard.dilate_words(*b)
-
-
-def _count_add(planes: list[Words], b: Words, sign: int) -> list[Words]:
+def _count_add(planes: list[Bitboard], b: Bitboard, sign: int) -> list[Bitboard]:
     """Add (`sign` 1) or remove (−1) one enemy on each cell of `b` in the count planes."""
     out = []
     carry = b
     for plane in planes:
-        out.append((plane[0] ^ carry[0], plane[1] ^ carry[1]))
-        keep = plane if sign > 0 else _not(plane)
-        carry = _and(carry, keep)
+        out.append(plane ^ carry)
+        keep = plane if sign > 0 else ~plane
+        carry = carry & keep
     return out
 
 
-def _move_counts(planes: list[Words], moved: tuple[Words, Words]) -> list[Words]:
-    """The counts after one enemy moved from the cell of `moved[0]` to that of `moved[1]`
-    (both empty: no move)."""
-    return _count_add(_count_add(planes, moved[0], -1), moved[1], 1)
+def _move_counts(planes: list[Bitboard], moved_from: Bitboard, moved_to: Bitboard
+                 ) -> list[Bitboard]:
+    """The counts after one enemy moved from the cell of `moved_from` to that of
+    `moved_to` (both empty: no move)."""
+    return _count_add(_count_add(planes, moved_from, -1), moved_to, 1)
 
 
-def _skipping_loop(count: int, group: int, needed: Callable, body: Callable, carry):
-    """`body(i, carry)` for i in 0..count−1, skipping groups and members not `needed(i, carry)`.
-
-    Batch-level skipping: `needed` asks the whole batch (its lanes), and a `lax.cond` on
-    an unbatched predicate really skips. Fixed trip counts, no `while`.
-    """
-    def member(i, carry):
-        return jax.lax.cond(needed(i, carry), lambda c: body(i, c), lambda c: c, carry)
-
-    def run_group(g, carry):
-        first = g * group
-        return jax.lax.cond(
-            needed(first, carry),
-            lambda c: jax.lax.fori_loop(0, group, lambda k, c: member(first + k, c), c),
-            lambda c: c, carry)
-
-    return jax.lax.fori_loop(0, -(-count // group), run_group, carry)
-
-
-def _search(source: Words, passable: Words, stop: Callable, levels: Callable, carry):
+def _search(source: Bitboard, passable: Bitboard, stop: Callable, levels: Callable, carry):
     """Breadth-first search from `source` over `passable` cells, level by level.
 
     `levels(level, frontier, carry)` sees each new frontier; the search of a lane ends when
@@ -174,38 +124,36 @@ def _search(source: Words, passable: Words, stop: Callable, levels: Callable, ca
     """
     def level(state):
         i, visited, frontier, carry = state
-        frontier = _and(_and(_dilate(frontier), passable), _not(visited))
-        return i + 1, _or(visited, frontier), frontier, levels(i + 1, frontier, carry)
+        frontier = bitboard.dilate(frontier) & passable & ~visited
+        return i + 1, visited | frontier, frontier, levels(i + 1, frontier, carry)
 
     def going(state):
         _, _, frontier, carry = state
-        return jnp.any(((frontier[0] | frontier[1]) != 0) & ~stop(carry))
+        return jnp.any(bitboard.nonempty(frontier) & ~stop(carry))
 
     _, visited, frontier, carry = batching.while_needed(
         bitboard.MAX_DISTANCE, going, level, (jnp.int32(0), source, source, carry))
     return visited, frontier, carry
 
 
-def _distance_planes(source: Words, passable: Words) -> tuple[Words, list[Words]]:
+def _distance_planes(source: Bitboard, passable: Bitboard) -> tuple[Bitboard, list[Bitboard]]:
     """Rule B's field: the cells reached from `source` and their distances as bit planes."""
     def levels(level, frontier, planes):
-        return [_or(plane, jax.tree.map(
-                    lambda w, j=j: jnp.where(((level >> j) & 1) == 1, w, jnp.uint32(0)), frontier))
-                for j, plane in enumerate(planes)]
+        return [plane | _only(((level >> j) & 1) == 1, frontier) for j, plane in enumerate(planes)]
 
     zero = jnp.zeros_like(source[0])
     never = lambda planes: jnp.zeros(zero.shape, bool)
     reached, _, planes = _search(source, passable, never, levels,
-                                 [(zero, zero)] * _PLANES)
+                                 [Bitboard(zero, zero)] * _PLANES)
     return reached, planes
 
 
-def _distance_at(reached: Words, planes: list[Words], at: Words) -> Int32[Array, " B"]:
+def _distance_at(reached: Bitboard, planes: list[Bitboard], at: Bitboard) -> Int32[Array, " B"]:
     """The distance at the one cell of `at` (a large number if unreached or none)."""
-    d = jnp.zeros(at[0].shape, jnp.int32)
+    d = jnp.zeros(at.lo.shape, jnp.int32)
     for j, plane in enumerate(planes):
-        d = d | (_meets(plane, at).astype(jnp.int32) << j)
-    return jnp.where(_meets(reached, at), d, _UNREACHED)
+        d = d | (bitboard.meets(plane, at).astype(jnp.int32) << j)
+    return jnp.where(bitboard.meets(reached, at), d, _UNREACHED)
 
 
 class _Lanes(eqx.Module):
@@ -213,25 +161,40 @@ class _Lanes(eqx.Module):
 
     player_row: Int32[Array, " B"]
     player_col: Int32[Array, " B"]
-    player: tuple                     # Words: the player's cell
-    blocks: tuple                     # Words
-    transmissions: tuple              # Words
+    player: Bitboard                  # the player's cell
+    blocks: Bitboard
+    transmissions: Bitboard
     field_b: tuple                    # per "may enter blocks": (reached, planes)
     keys: UInt32[Array, "72 B"]       # activation order, both steps (see `_activation_keys`)
     count: Int32[Array, " B"]         # activations of each game, both steps
 
 
-def _activation(i, carry, lanes: _Lanes):
+class _Activations(NamedTuple):
+    """What the activation loop carries from one activation to the next, for B games.
+
+    Per slot `[36, B]`, per game `[B]`; the bitboards are `[B]` words.
+    """
+
+    position: Int32[Array, "36 B"]    # each enemy's cell as `row << 3 | col`
+    keys: UInt32[Array, "72 B"]       # the activation keys not yet taken (`_activation_keys`)
+    counts: list[Bitboard]            # enemies per cell, bit plane j = bit j of the count
+    hp: Int32[Array, " B"]            # the player's hp
+    attacked: Bitboard                # the slots (as cell numbers) that attacked this phase
+    # The previous activation's move, applied to `counts` by the next activation: as a
+    # loop-carried value it is computed once, where applying it at the end of its own
+    # activation had XLA recompute the whole movement decision inside every plane update.
+    moved_from: Bitboard
+    moved_to: Bitboard
+
+
+def _activation(i, carry: _Activations, lanes: _Lanes) -> _Activations:
     """Activation `i` of an activation step in every lane (§10 step 3): attack if adjacent,
     else move (§10.1).
 
     Integer division is not vectorised on CPU, so rows and columns are carried apart.
     """
-    position, keys, planes, hp, attacked, moved = carry
-    # The previous activation's move, applied to the counts now: as a loop-carried value
-    # it is computed once, where applying it at the end of that activation had XLA
-    # recompute the whole movement decision inside every count-plane update.
-    planes = _move_counts(planes, moved)
+    position, keys, hp, attacked = carry.position, carry.keys, carry.hp, carry.attacked
+    planes = _move_counts(carry.counts, carry.moved_from, carry.moved_to)
     lane = jnp.arange(hp.shape[0])
     # The next enemy: the smallest key not yet taken (taken keys are set to _NO_KEY).
     key = jnp.min(keys, axis=0)
@@ -241,7 +204,7 @@ def _activation(i, carry, lanes: _Lanes):
     keys = keys.at[slot + C.MAX_ENEMIES * second_step, lane].set(_NO_KEY)
     me = _bit(slot, active)
     # A virus that attacked in the first activation step does nothing in its second.
-    active = active & ~_meets(attacked, me)
+    active = active & ~bitboard.meets(attacked, me)
     at = position[slot, lane]
     r, c = at >> 3, at & 7
     p = r * C.COLS + c
@@ -250,30 +213,26 @@ def _activation(i, carry, lanes: _Lanes):
     adjacent = jnp.abs(r - pr) + jnp.abs(c - pc) == 1
     strikes = active & adjacent
     hp = jnp.where(strikes, jnp.maximum(hp - 1, 0), hp)
-    attacked = _or(attacked, jax.tree.map(lambda w: jnp.where(strikes, w, 0), me))
+    attacked = attacked | _only(strikes, me)
 
     moving = active & ~adjacent
     here = _bit(p, moving)
     occupied = planes[0]
     for plane in planes[1:]:
-        occupied = _or(occupied, plane)
-    occupied = _or(occupied, lanes.transmissions)
-    no_blocks = _not(lanes.blocks)
-    allowed = jax.tree.map(lambda w: jnp.where(glitch, _ALL, w), no_blocks)
-    enterable = _and(allowed, _or(_not(occupied), lanes.player))
-    steps = _neighbours(here)
-    around = _or(_or(steps[0], steps[1]), _or(steps[2], steps[3]))
+        occupied = occupied | plane
+    occupied = occupied | lanes.transmissions
+    allowed = bitboard.where(glitch, bitboard.EVERY_CELL, ~lanes.blocks)
+    enterable = allowed & (~occupied | lanes.player)
+    steps = bitboard.neighbours(here)
+    around = (steps[0] | steps[1]) | (steps[2] | steps[3])
 
     # Rule A: the neighbours first reached by a breadth-first search from the player.
     def first_hit(_, frontier, hit):
-        searching = (hit[0] | hit[1]) == 0
-        return jax.tree.map(lambda h, f, n: jnp.where(searching, f & n, h), hit, frontier, around)
+        return bitboard.where(bitboard.nonempty(hit), hit, frontier & around)
 
-    found = lambda hit: (hit[0] | hit[1]) != 0
     zero = jnp.zeros_like(hp, jnp.uint32)
-    source = _and(lanes.player, enterable)
-    source = jax.tree.map(lambda w: jnp.where(moving, w, 0), source)
-    _, _, hit = _search(source, enterable, found, first_hit, (zero, zero))
+    source = _only(moving, lanes.player & enterable)
+    _, _, hit = _search(source, enterable, bitboard.nonempty, first_hit, Bitboard(zero, zero))
 
     # Rule B: the same choice ignoring occupancy (a field fixed for the phase), taken only
     # if that cell is free. Rule C: greedy by Manhattan distance, strictly smallest.
@@ -284,13 +243,13 @@ def _activation(i, carry, lanes: _Lanes):
     c_choice, c_best = jnp.full_like(hp, -1), jnp.full_like(hp, _UNREACHED)
     b_free = jnp.zeros_like(moving)
     for d, n in enumerate(steps):
-        a_choice = jnp.where((a_choice < 0) & _meets(hit, n), d, a_choice)
+        a_choice = jnp.where((a_choice < 0) & bitboard.meets(hit, n), d, a_choice)
         distance = _distance_at(reached, b_planes, n)
         closer = distance < b_best
         b_choice = jnp.where(closer, d, b_choice)
         b_best = jnp.where(closer, distance, b_best)
-        b_free = jnp.where(closer, ~_meets(occupied, n), b_free)
-        open_ = _meets(_and(allowed, _not(occupied)), n)
+        b_free = jnp.where(closer, ~bitboard.meets(occupied, n), b_free)
+        open_ = bitboard.meets(allowed & ~occupied, n)
         dr, dc = (int(x) for x in C.DIRECTION_DELTAS[d])
         greedy = jnp.where(open_, jnp.abs(r + dr - pr) + jnp.abs(c + dc - pc), _UNREACHED)
         closer = greedy < c_best
@@ -304,9 +263,9 @@ def _activation(i, carry, lanes: _Lanes):
     moves = moving & (choice >= 0)
     delta = jnp.asarray(C.DIRECTION_DELTAS)[choice.clip(0, 3)]
     tr, tc = r + delta[:, 0], c + delta[:, 1]
-    moved = (jax.tree.map(lambda w: jnp.where(moves, w, 0), here), _bit(tr * C.COLS + tc, moves))
     position = position.at[slot, lane].set(jnp.where(moves, (tr << 3) | tc, at))
-    return position, keys, planes, hp, attacked, moved
+    return _Activations(position=position, keys=keys, counts=planes, hp=hp, attacked=attacked,
+                        moved_from=_only(moves, here), moved_to=_bit(tr * C.COLS + tc, moves))
 
 
 def _take_lanes(tree, lane):
@@ -317,7 +276,8 @@ def _put_lanes(tree, lane, part):
     return jax.tree.map(lambda x, y: x.at[..., lane].set(y, mode="drop"), tree, part)
 
 
-def _run_tier(carry, lanes: _Lanes, start: int, stop: int, divisor: int):
+def _run_tier(carry: _Activations, lanes: _Lanes, start: int, stop: int, divisor: int
+              ) -> _Activations:
     """Activations `start .. stop − 1` of every lane, on about B / `divisor` lanes.
 
     Few games have many activations, so the later activations run on a narrower batch:
@@ -328,10 +288,16 @@ def _run_tier(carry, lanes: _Lanes, start: int, stop: int, divisor: int):
     width = min(batch, max(_MIN_LANES, batch // divisor))
 
     def run(carry, lanes):
-        return _skipping_loop(
-            stop - start, min(_ACTIVATION_GROUP, stop - start),
-            lambda i, _: jnp.any(start + i < lanes.count),
-            lambda i, c: _activation(start + i, c, lanes), carry)
+        # The next activation's number rides in the carry: the loop stops, batch-wide, at
+        # the first activation that no lane has.
+        def needed(numbered):
+            return jnp.any(numbered[0] < lanes.count)
+
+        def activate(numbered):
+            i, carry = numbered
+            return i + 1, _activation(i, carry, lanes)
+
+        return batching.while_needed(stop - start, needed, activate, (jnp.int32(start), carry))[1]
 
     if width == batch:
         return run(carry, lanes)
@@ -352,14 +318,16 @@ def _run_lanes(row: Int32[Array, "36 B"], col: Int32[Array, "36 B"], alive: Bool
     lane = jnp.arange(hp.shape[0])[None, :]
     crowd = (jnp.zeros(row.shape, jnp.int32)
              .at[row * C.COLS + col, lane].add(alive.astype(jnp.int32)))
-    planes = [_pack(((crowd >> j) & 1) == 1) for j in range(_PLANES)]
-    carry = ((row << 3) | col, lanes.keys, planes, hp, (zero, zero), ((zero, zero), (zero, zero)))
+    empty = Bitboard(zero, zero)
+    carry = _Activations(
+        position=(row << 3) | col, keys=lanes.keys,
+        counts=[bitboard.from_mask(((crowd >> j) & 1) == 1, axis=0) for j in range(_PLANES)],
+        hp=hp, attacked=empty, moved_from=empty, moved_to=empty)
     start = 0
     for stop, divisor in _TIERS:
         carry = _run_tier(carry, lanes, start, stop, divisor)
         start = stop
-    position, _, _, hp, _, _ = carry
-    return position >> 3, position & 7, hp
+    return carry.position >> 3, carry.position & 7, carry.hp
 
 
 def _activation_keys(state: GameState, key: Key[Array, ""]) -> tuple[UInt32[Array, "72"], Int32[Array, ""]]:
@@ -412,14 +380,14 @@ class _PhaseInput(eqx.Module):
 def _run_phase_lanes(x: _PhaseInput):
     """All activations of B games' phases; `x` has a trailing lane axis on every leaf."""
     player = _bit(x.player_row * C.COLS + x.player_col, jnp.ones_like(x.hp, bool))
-    blocks = _pack(x.is_block)
-    everywhere = (jnp.full_like(x.hp, _ALL, jnp.uint32),) * 2
+    blocks = bitboard.from_mask(x.is_block, axis=0)
+    everywhere = Bitboard(*(jnp.full_like(x.hp, bitboard.FULL_WORD, jnp.uint32),) * 2)
     # Rule B ignores occupancy: its two fields (blocks barred or not) hold for the phase.
-    fields = tuple(_distance_planes(_and(player, passable), passable)
-                   for passable in (_not(blocks), everywhere))
+    fields = tuple(_distance_planes(player & passable, passable)
+                   for passable in (~blocks, everywhere))
     lanes = _Lanes(
         player_row=x.player_row, player_col=x.player_col, player=player, blocks=blocks,
-        transmissions=_pack(x.transmission_here), field_b=fields,
+        transmissions=bitboard.from_mask(x.transmission_here, axis=0), field_b=fields,
         keys=x.keys, count=x.count)
     return _run_lanes(x.row, x.col, x.alive, x.hp, lanes)
 
@@ -453,13 +421,20 @@ def _activate(state: GameState, key: Key[Array, ""]) -> GameState:
     return eqx.tree_at(lambda s: (s.enemies, s.player), state, (enemies, player))
 
 
-def push_snapshot(state: GameState, snapshot: Snapshot, executed: Bool[Array, ""]) -> GameState:
-    """Step 7: push `snapshot` onto the bounded UNDO stack when `executed` (§9.10)."""
+def push_snapshot(state: GameState, executed: Bool[Array, ""]) -> GameState:
+    """Step 7, the UNDO snapshot (docs/rules.md#undo, §9.10; what a snapshot holds:
+    §17.5): where `executed`, push `state` as it is onto the bounded UNDO stack, the
+    oldest snapshot dropped once the stack is full. The one place a snapshot is taken.
+
+    `core.step` calls it on the step's final state, once it knows that the step stands
+    (a legal action whose phase ran): the push writes the stack in place, which it could
+    not do while the state before the step is still needed.
+    """
     h = state.history
     slot = (h.top + 1) % C.HISTORY_CAPACITY
     # An out-of-range slot drops the write: in place, with no read of the old entry.
     write = jnp.where(executed, slot, C.HISTORY_CAPACITY)
-    small, wide = pack_snapshot(snapshot)
+    small, wide = pack_snapshot(snapshot_of(state))
     history = eqx.tree_at(
         lambda x: (x.small, x.wide, x.top, x.depth), h,
         (h.small.at[write].set(small, mode="drop"), h.wide.at[write].set(wide, mode="drop"),
@@ -473,9 +448,7 @@ def enemy_phase(state: GameState, runs: Bool[Array, ""], key: Key[Array, ""]
     """Run the enemy phase of §10 where `runs` (a turn-ending action), else keep `state`.
 
     STEP swallows a running phase whole (step 0). Returns the state after the phase and
-    whether the phase executed; the caller pushes the UNDO snapshot of step 7 then
-    (`push_snapshot`), once it knows the step stands: the push writes the history in
-    place, which it could not do while the state before the step is still needed.
+    whether the phase executed; step 7, the UNDO push, is the caller's (`push_snapshot`).
     """
     swallowed = runs & state.step_active
     executed = runs & ~state.step_active

@@ -64,40 +64,28 @@ def append(entities: EntityList, new: EntityList) -> EntityList:
     return jax.tree.map(put, entities, new)
 
 
-def first_at(entities: EntityList, cell: Int32[Array, "..."]) -> Int32[Array, "..."]:
-    """Slot of the first live entity (in list order) standing on each cell of `cell`.
-
-    Returns the capacity when none stands there.
-    """
-    capacity = entities.alive.shape[0]
-    cell = jnp.asarray(cell)
-    lead = (1,) * cell.ndim
-    here = (entities.alive.reshape(lead + (capacity,))
-            & (cells(entities).reshape(lead + (capacity,)) == cell[..., None]))
-    return jnp.where(jnp.any(here, axis=-1), jnp.argmax(here, axis=-1), capacity)
-
-
 def cells(entities: EntityList) -> Int32[Array, " N"]:
     """Cell index of every slot (meaningless for dead slots)."""
     return entities.row.astype(jnp.int32) * 6 + entities.col.astype(jnp.int32)
 
 
 def occupancy_words(entities: EntityList, *flags: Bool[Array, " N"]
-                    ) -> tuple[UInt32[Array, ""], ...]:
-    """(word 0, word 1, flag word) of the cells holding a live entity of the list.
+                    ) -> tuple[bitboard.Bitboard, UInt32[Array, ""]]:
+    """The cells holding a live entity of the list, and a flag word.
 
     Bit i + 1 of the flag word is set when some live entity has `flags[i]`; bit 0 when
     any entity lives. One elementwise pass over the slots and one variadic reduction.
     """
     alive = entities.alive
-    lo, hi = bitboard.cell_words(jnp.where(alive, cells(entities), -1))
+    lo, hi = bitboard.of_cell(jnp.where(alive, cells(entities), -1))
     flag = alive.astype(jnp.uint32)
     for i, f in enumerate(flags):
         flag = flag | ((alive & f).astype(jnp.uint32) << (i + 1))
-    return bitboard.or_reduce(lo, hi, flag)
+    lo, hi, flag = bitboard.or_reduce(lo, hi, flag)
+    return bitboard.Bitboard(lo, hi), flag
 
 
 def occupancy(entities: EntityList) -> Bool[Array, "36"]:
     """Cells holding at least one live entity."""
-    lo, hi, _ = occupancy_words(entities)
-    return bitboard.to_mask(jnp.stack([lo, hi]))
+    board, _ = occupancy_words(entities)
+    return bitboard.to_mask(board)

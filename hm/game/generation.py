@@ -55,29 +55,26 @@ from hm.game.state import (
     bare_state,
 )
 
-_HALF = C.NUM_CELLS // 2
 _MAX_BLOCKS = C.BLOCK_COUNT_MAX
 _U32 = jnp.uint32
+Bitboard = bitboard.Bitboard
 
 
-def _np_bitboard(cells) -> np.ndarray:
-    board = np.zeros(2, np.uint32)
-    for cell in cells:
-        board[cell // _HALF] |= np.uint32(1 << (cell % _HALF))
-    return board
+def _cells_mask(cells) -> np.ndarray:
+    """Host-side: the per-cell mask of the cells listed."""
+    return np.isin(np.arange(C.NUM_CELLS), list(cells))
 
 
-_ALL = _np_bitboard(range(C.NUM_CELLS))
-_ORIGIN = _np_bitboard([0])                       # (0,0): where the §12.4 flood starts
-_CORNERS = _np_bitboard(C.CORNER_CELLS)
+_ORIGIN = bitboard.table(_cells_mask([0]))         # (0,0): where the §12.4 flood starts
+_CORNERS = bitboard.table(_cells_mask(C.CORNER_CELLS))
 _CORNER_CELLS = np.array(C.CORNER_CELLS, np.int32)
 
 
-def _np_line_of_fire_tables() -> tuple[np.ndarray, np.ndarray]:
+def _np_line_of_fire_tables() -> tuple[np.ndarray, Bitboard]:
     """`same_line[p, c]`: c ≠ p shares p's row or column; `between[p, c]`: cells strictly
     between them (a bitboard), for the §11 line-of-fire test."""
     same_line = np.zeros((C.NUM_CELLS, C.NUM_CELLS), bool)
-    between = np.zeros((C.NUM_CELLS, C.NUM_CELLS, 2), np.uint32)
+    between = np.zeros((C.NUM_CELLS, C.NUM_CELLS, C.NUM_CELLS), bool)
     for p in range(C.NUM_CELLS):
         pr, pc = divmod(p, C.COLS)
         for c in range(C.NUM_CELLS):
@@ -87,9 +84,9 @@ def _np_line_of_fire_tables() -> tuple[np.ndarray, np.ndarray]:
             same_line[p, c] = True
             steps = max(abs(cr - pr), abs(cc - pc))
             dr, dc = np.sign(cr - pr), np.sign(cc - pc)
-            between[p, c] = _np_bitboard(
+            between[p, c] = _cells_mask(
                 (pr + k * dr) * C.COLS + pc + k * dc for k in range(1, steps))
-    return same_line, between
+    return same_line, bitboard.table(between)
 
 
 _SAME_LINE, _BETWEEN = _np_line_of_fire_tables()
@@ -192,16 +189,16 @@ _MASK4 = np.uint32(0xF)
 _MASK12 = np.uint32(0xFFF)
 
 
-def _to_inner(board: UInt32[Array, "*s 2"]) -> UInt32[Array, "*s"]:
-    low, high = board[..., 0], board[..., 1]
+def _to_inner(board: Bitboard) -> UInt32[Array, "*s"]:
+    low, high = board
     return (((low >> 1) & _MASK4) | (((low >> 6) & _MASK12) << 4)
             | ((high & _MASK12) << 16) | (((high >> 13) & _MASK4) << 28))
 
 
-def _from_inner(inner: UInt32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+def _from_inner(inner: UInt32[Array, "*s"]) -> Bitboard:
     low = ((inner & _MASK4) << 1) | (((inner >> 4) & _MASK12) << 6)
     high = ((inner >> 16) & _MASK12) | ((inner >> 28) << 13)
-    return jnp.stack([low, high], axis=-1)
+    return Bitboard(low, high)
 
 
 def _expansion(mask: UInt32[Array, "*s"]) -> UInt32[Array, "*s 5"]:
@@ -231,7 +228,7 @@ def _expand(bits: UInt32[Array, "*s"], mask: UInt32[Array, "*s"],
 
 def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s"],
                  steps: UInt32[Array, "*s 5"], k: Int32[Array, "*s"],
-                 attempt: Int32[Array, "*s"]) -> UInt32[Array, "*s 2"]:
+                 attempt: Int32[Array, "*s"]) -> Bitboard:
     """Layout attempt `attempt`: `k` distinct cells, uniform among the `eligible` inner cells.
 
     Floyd's algorithm draws a uniform k-subset of the ranks 0..n−1 (n eligible cells) with
@@ -249,15 +246,14 @@ def _draw_layout(seed: UInt32[Array, "*#s 2"], eligible: UInt32[Array, "*s"],
     return _from_inner(_expand(ranks, eligible, steps))
 
 
-def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"]
-                  ) -> Bool[Array, "*s"]:
+def _layout_valid(blocks: Bitboard, exit_cell: Bitboard) -> Bool[Array, "*s"]:
     """§12.4 `layoutIsValid`: connectivity from (0,0) with the exit reached but not passed
     through, and every block next to a non-block cell.
 
     The flood runs the 35 levels any 36-cell search needs, five per loop iteration.
     """
-    everything, origin = (jnp.broadcast_to(b, blocks.shape) for b in (_ALL, _ORIGIN))
-    open_cells = everything & ~blocks
+    origin = jax.tree.map(lambda w: jnp.broadcast_to(w, blocks.lo.shape), _ORIGIN)
+    open_cells = ~blocks
     expandable = open_cells & ~(exit_cell & ~origin)     # (0,0) expands even as the exit
 
     def five_levels(_, reach):
@@ -266,8 +262,8 @@ def _layout_valid(blocks: UInt32[Array, "*s 2"], exit_cell: UInt32[Array, "*s 2"
         return reach
 
     reach = jax.lax.fori_loop(0, bitboard.MAX_DISTANCE // 5, five_levels, origin)
-    connected = jnp.all(reach == open_cells, axis=-1)
-    reachable = jnp.all((blocks & ~bitboard.dilate(open_cells)) == 0, axis=-1)
+    connected = (reach.lo == open_cells.lo) & (reach.hi == open_cells.hi)
+    reachable = ~bitboard.nonempty(blocks & ~bitboard.dilate(open_cells))
     return connected & reachable
 
 
@@ -291,17 +287,17 @@ def _search_layout_unbatched(seed, eligible, exit_cell, k, active):
             layouts = _draw_layout(
                 seed, jnp.broadcast_to(inner, (_ROUND,)), jnp.broadcast_to(steps, (_ROUND, 5)),
                 jnp.broadcast_to(k, (_ROUND,)), attempt)
-            valid = _layout_valid(layouts, jnp.broadcast_to(exit_cell, (_ROUND, 2)))
+            valid = _layout_valid(layouts, exit_cell)
             valid = valid & (attempt < C.LAYOUT_ATTEMPTS)
-            return jnp.any(valid), layouts[jnp.argmax(valid)]
+            return jnp.any(valid), bitboard.take(layouts, jnp.argmax(valid))
 
         found, _ = carry
         return jax.lax.cond(found, lambda _: carry, attempts, None)
 
     rounds = math.ceil(C.LAYOUT_ATTEMPTS / _ROUND)
-    found, layout = jax.lax.fori_loop(0, rounds, run_round,
-                                      (~active, jnp.zeros(2, _U32)))
-    return jnp.where(found & active, layout, jnp.zeros(2, _U32))
+    no_blocks = Bitboard(jnp.zeros((), _U32), jnp.zeros((), _U32))
+    found, layout = jax.lax.fori_loop(0, rounds, run_round, (~active, no_blocks))
+    return bitboard.where(found & active, layout, no_blocks)
 
 
 def _search_layout_pooled(seed, eligible, exit_cell, k, active):
@@ -336,26 +332,26 @@ def _search_layout_pooled(seed, eligible, exit_cell, k, active):
         used = slot < end[-1]
         attempt = next_attempt[game] + slot - start[game]
         layouts = _draw_layout(seed[game], inner[game], steps[game], k[game], attempt)
-        valid = _layout_valid(layouts, exit_cell[game]) & used
+        valid = _layout_valid(layouts, bitboard.take(exit_cell, game)) & used
         first = jnp.full(games, none_found).at[game].min(
             jnp.where(valid, attempt, none_found))
         hit = first < none_found
         first_slot = jnp.where(hit, start + first - next_attempt, 0)
-        layout = jnp.where(hit[:, None], layouts[first_slot], layout)
+        layout = bitboard.where(hit, bitboard.take(layouts, first_slot), layout)
         return next_attempt + share, found | hit, layout
 
     # A round either fills the pool or gives every searching game all its remaining
     # attempts, so this many rounds always finish.
     rounds = C.LAYOUT_ATTEMPTS * games // pool + 1
-    init = (jnp.zeros(games, jnp.int32), ~active, jnp.zeros((games, 2), _U32))
+    init = (jnp.zeros(games, jnp.int32), ~active,
+            Bitboard(jnp.zeros(games, _U32), jnp.zeros(games, _U32)))
     _, _, layout = batching.while_needed(rounds, searching, run_round, init)
     return layout
 
 
 @batching.custom_batching(lambda _, *args: _search_layout_pooled(*args))
-def _search_layout(seed: UInt32[Array, "2"], eligible: UInt32[Array, "2"],
-                   exit_cell: UInt32[Array, "2"], k: Int32[Array, ""],
-                   active: Bool[Array, ""]) -> UInt32[Array, "2"]:
+def _search_layout(seed: UInt32[Array, "2"], eligible: Bitboard, exit_cell: Bitboard,
+                   k: Int32[Array, ""], active: Bool[Array, ""]) -> Bitboard:
     """§12.4: the first valid one of layout attempts 0..99 (no blocks if none is valid).
 
     An inactive search returns no blocks at once (games padded into a batch).
@@ -391,8 +387,7 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
     block = state.board.content == C.BLOCK
     free = ~(enemy | block | entities.occupancy(state.transmissions) | (cell == player))
     obstacles = bitboard.from_mask(enemy | block)
-    between = jnp.asarray(_BETWEEN)[player]
-    sheltered = ((between[:, 0] & obstacles[0]) | (between[:, 1] & obstacles[1])) != 0
+    sheltered = bitboard.meets(bitboard.take(_BETWEEN, player), obstacles)
     in_line = jnp.asarray(_SAME_LINE)[player] & ~sheltered
 
     # Order key: class (0 free off the line, 1 free in it, 2 not free) | 24 random bits |
@@ -402,9 +397,7 @@ def _place(state: GameState, seeds: UInt32[Array, "2 2"], n_task: Int32[Array, "
     order_key = (group << 30) | (noise << 6) | cell.astype(_U32)
     cell_by_rank = jnp.zeros(C.NUM_CELLS, jnp.int32).at[_ranks(order_key)].set(cell)
 
-    free_count = bitboard.popcount(bitboard.from_mask(free))
-    placed = jnp.minimum(n_task + n_siphon + n_plain,
-                         (free_count[0] + free_count[1]).astype(jnp.int32))
+    placed = jnp.minimum(n_task + n_siphon + n_plain, bitboard.count(bitboard.from_mask(free)))
     slot = cell                                   # slot t takes the cell of rank t
     kind = (_words(seeds[_STREAM_TYPE], slot) >> 30).astype(jnp.int8)
     new = Transmissions(
@@ -440,11 +433,11 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
         _pick(corner_options, _words(seeds[_STREAM_EXIT], jnp.int32(0)))]
 
     occupied = entities.occupancy(state.enemies) | entities.occupancy(state.transmissions)
-    eligible = _ALL & ~_CORNERS & ~bitboard.from_mask(occupied)
+    eligible = ~(_CORNERS | bitboard.from_mask(occupied))
     k = (C.BLOCK_COUNT_MIN + _below(_words(seeds[_STREAM_BLOCK_COUNT], jnp.int32(0)),
                                     C.BLOCK_COUNT_MAX - C.BLOCK_COUNT_MIN + 1)).astype(jnp.int32)
     k = jnp.minimum(k, bitboard.popcount(_to_inner(eligible)))
-    layout = _search_layout(seeds[_STREAM_LAYOUT], eligible, bitboard.cell_bit(exit_cell), k,
+    layout = _search_layout(seeds[_STREAM_LAYOUT], eligible, bitboard.of_cell(exit_cell), k,
                             active)
     block = bitboard.to_mask(layout)
 

@@ -166,7 +166,7 @@ def _first_per_cell(ents: entities.EntityList, payload: Int32[Array, " N"]) -> I
     there in list order (§15.3), `_NONE` where none stands.
 
     A scatter-min of 36 keys: the smallest slot wins. Under `vmap` it costs a fraction of
-    the [36 cells, 36 slots] compare of `entities.first_at`.
+    a [36 cells, 36 slots] compare.
     """
     capacity = ents.alive.shape[0]
     assert capacity < 128                     # slot << 24 stays a positive int32

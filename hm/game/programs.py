@@ -64,12 +64,11 @@ SPARSE_ROWS = 64
 # and the bits of the first of its two words (`_slot_bit`).
 _SHORT_PASS = 16
 _U32 = jnp.uint32
-_HALF = C.NUM_CELLS // 2
 _SLOTS = np.arange(C.MAX_ENEMIES, dtype=np.int32)
 _CELLS = np.arange(C.NUM_CELLS, dtype=np.int32)
 
 
-_SURROUNDING_BB = bitboard.table(geometry.SURROUNDING_MASK)        # [36 cells, 2 words]
+_SURROUNDING = bitboard.table(geometry.SURROUNDING_MASK)           # [36 cells]
 
 
 # --------------------------------------------------------------------------- bitboards
@@ -77,7 +76,7 @@ _SURROUNDING_BB = bitboard.table(geometry.SURROUNDING_MASK)        # [36 cells, 
 def _holds(lo: UInt32[Array, " R"], hi: UInt32[Array, " R"],
            cell: Int32[Array, "R N"]) -> Bool[Array, "R N"]:
     """Whether the bitboard (one per row) holds each of `cell` (outside 0..35: no)."""
-    return bitboard.holds_words(lo[:, None], hi[:, None], cell)
+    return bitboard.holds(bitboard.Bitboard(lo[:, None], hi[:, None]), cell)
 
 
 def _slot_bit(flags: tuple[UInt32[Array, " R"], UInt32[Array, " R"]], n: int) -> Bool[Array, "R N"]:
@@ -117,7 +116,7 @@ def _first_of_cell(cells: Callable[..., Int[Array, "R N"]], args: tuple, alive: 
         for i in range(stop):
             # Slot i's cell from slot i's inputs (per-slot `[R, N]`, per-game `[R]`).
             cell = cells(*(x[:, i:i + 1] if x.ndim == 2 else x for x in args))[:, 0]
-            lo, hi = bitboard.cell_words(cell)
+            lo, hi = bitboard.of_cell(cell)
             if i >= start:
                 new = ((lo & ~seen_lo) | (hi & ~seen_hi)) != 0
                 first = first | (new.astype(_U32) << (i - start))
@@ -141,7 +140,7 @@ def _cells_first_free(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"],
     rows = cell.shape[0]
     seen_lo = seen_hi = free_lo = free_hi = jnp.zeros(rows, _U32)
     for i in range(cell.shape[1]):
-        lo, hi = bitboard.cell_words(jnp.where(alive[:, i], cell[:, i], -1))
+        lo, hi = bitboard.of_cell(jnp.where(alive[:, i], cell[:, i], -1))
         keep = jnp.where(from_task[:, i], _U32(0), ~_U32(0))
         free_lo = free_lo | (lo & ~seen_lo & keep)
         free_hi = free_hi | (hi & ~seen_hi & keep)
@@ -378,8 +377,8 @@ def _sparse(g: _Game, snap: Snapshot, program: Int32[Array, " R"],
 
     # --- "remove all at X": CRASH (the 8 surrounding cells), WARP (the landing cell) ---
     crash, warp = is_(C.CRASH), is_(C.WARP)
-    around_lo, around_hi = jnp.asarray(_SURROUNDING_BB)[here].T
-    warp_lo, warp_hi = bitboard.cell_words(warp_cell)
+    around_lo, around_hi = bitboard.take(_SURROUNDING, here)
+    warp_lo, warp_hi = bitboard.of_cell(warp_cell)
     none = jnp.zeros_like(warp_lo)
 
     def sweep(lands_here):

@@ -19,7 +19,7 @@ def exit_distance(board: Board, cell: Int32[Array, ""]) -> Int32[Array, ""]:
     """
     exit_cells = bitboard.from_mask(board.content == C.EXIT)
     open_cells = bitboard.from_mask(board.content != C.BLOCK)
-    distance = bitboard.distance_to(exit_cells, open_cells, bitboard.cell_bit(cell))
+    distance = bitboard.distance_to(exit_cells, open_cells, bitboard.of_cell(cell))
     return jnp.maximum(distance, 0)
 
 

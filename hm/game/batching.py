@@ -34,7 +34,7 @@ Both are plain `custom_vmap`s. Two details make them work everywhere:
 
 Why this shape. The alternatives were to keep a probe `custom_vmap` that learns whether
 a call is batched before tracing anything (it relied on when JAX calls batching rules and
-on `jax.core` internals), or to pass every table explicitly to every custom-batched
+on JAX internals), or to pass every table explicitly to every custom-batched
 function (deep call trees read module tables). The cost of this one: `custom_vmap`
 traces the one-game function even when it is batched (the trace is discarded), about
 1.4 s more Python time when `vmap(step)` is compiled; the compiled program is the same

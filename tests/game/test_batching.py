@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxprs import primitives
 
 import hm.game
 import hm.game as game
@@ -247,17 +248,6 @@ def test_exit_distance_batched_equals_alone(played):
 
 # --------------------------------------------------------------------------- no silent fallback
 
-def _primitives(jaxpr, found):
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for param in eqn.params.values():
-            for sub in (param if isinstance(param, (list, tuple)) else [param]):
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    _primitives(sub.jaxpr, found)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    _primitives(sub, found)
-    return found
-
 
 BATCHED_RULES = {
     "hm.game.core._compact", "hm.game.generation._complete_stage",
@@ -279,7 +269,7 @@ def test_vmap_of_step_takes_every_batched_rule(played):
     assert BATCHED_RULES <= traced, BATCHED_RULES - traced
     assert "hm.game.core._fresh_game" in traced
     for closed in (stepped, reset):
-        assert "custom_vmap_call" not in _primitives(closed.jaxpr, set())
+        assert "custom_vmap_call" not in primitives(closed.jaxpr)
 
 
 def test_complete_stage_inside_a_batched_cond_takes_the_batched_search(played):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxprs import primitives
 
 import hm.game as game
 from hm.game import constants as C
@@ -159,19 +160,6 @@ def test_step_compiles_once():
     assert traces == {"step": 1, "reset": 1, "observe": 1, "legal": 1}
 
 
-def _primitives(jaxpr, found=None):
-    found = set() if found is None else found
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for param in eqn.params.values():
-            for sub in (param if isinstance(param, (list, tuple)) else [param]):
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    _primitives(sub.jaxpr, found)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    _primitives(sub, found)
-    return found
-
-
 def test_no_while_loop_in_the_env():
     """No `while` anywhere in the vmapped env functions: every loop has a fixed count."""
     key = jax.random.key(0)
@@ -185,7 +173,7 @@ def test_no_while_loop_in_the_env():
         "legal_actions": jax.make_jaxpr(jax.vmap(game.legal_actions))(state),
     }
     for name, closed in programs.items():
-        assert "while" not in _primitives(closed.jaxpr), name
+        assert "while" not in primitives(closed.jaxpr), name
 
 
 def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import re
+import statistics
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -123,8 +124,7 @@ def format_population_line(update: int, env_steps: int, rows: list[Mapping[str, 
     if not scored:
         return head + " | return - (no episode finished)"
     (worst, w), (best, b) = scored[0], scored[-1]
-    median = scored[len(scored) // 2][0] if len(scored) % 2 else (
-        scored[len(scored) // 2 - 1][0] + scored[len(scored) // 2][0]) / 2
+    median = statistics.median(value for value, _ in scored)
 
     def stage(i: int) -> str:
         return format(rows[i].get("episode/highest_stage", float("nan")), ".2f")

@@ -537,14 +537,21 @@ def hyper_shardings(resolved: ResolvedConfig, mesh: Mesh) -> Hyper:
 
 
 def _build(learner: Learner, key_data: UInt32[Array, "P 2"]) -> TrainState:
-    """A fresh state: each member's network and optimizer state from its own key."""
+    """A fresh state: each member's network and optimizer state from its own key.
+
+    The members' networks are built one after another (`lax.map`), not `vmap`ped: the
+    orthogonal initialiser's QR, batched over members, is jaxlib's batched LAPACK kernel,
+    which splits the batch over XLA's CPU thread pool and waits for it; with two such
+    kernels in one program on a 2-thread pool each holds a thread waiting for the other's
+    (jaxlib 0.10.2), and `init` never returned. Built one at a time, each QR is unbatched.
+    """
 
     def member(data):
         params_key, run_key = jax.random.split(_key(data))
         params = learner.init_params(params_key)
         return params, learner.optimizer_structure.init(params), jax.random.key_data(run_key)
 
-    params, opt_state, run_keys = jax.vmap(member)(key_data)
+    params, opt_state, run_keys = lax.map(member, key_data)
     return TrainState(params=params, opt_state=opt_state, envs=learner.init_envs(), key=run_keys,
                       update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
 

@@ -11,6 +11,9 @@ population of 4).
 import dataclasses
 import io
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -194,3 +197,22 @@ def test_parse_sweep():
     with pytest.raises(ConfigError) as error:
         parse_sweep(["=1"])
     assert error.value.flag == "--sweep"
+
+
+def test_a_population_at_the_default_network_size_initialises():
+    """`init` of a population at the default network size returns (in a fresh process,
+    so no cached program hides it). With the members' networks built under `vmap`, the
+    orthogonal initialiser's batched QR deadlocked jaxlib's 2-thread CPU pool and `init`
+    never returned (tests at small widths did not see it: their QRs are not split over
+    threads). The subprocess's timeout turns a hang into a failure."""
+    script = ("import jax\n"
+              "from hm.train import TrainConfig, init\n"
+              "from hm.train.config import resolve\n"
+              "resolved = resolve(TrainConfig(num_envs=8, num_steps=16, num_seeds=2), 'cpu', 1)\n"
+              "state = jax.block_until_ready(init(resolved))\n"
+              "print(jax.tree.leaves(state.params)[0].shape[0])\n")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["2"]

@@ -47,9 +47,9 @@ def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameSt
 
 
 def _fresh_game(current: tuple[GameState, Float32[Array, " obs"]], active: Bool[Array, ""],
-                key: Key[Array, ""]) -> tuple[GameState, Float32[Array, " obs"]]:
+                key: Key[Array, ""], stage: Int32[Array, ""]) -> tuple[GameState, Float32[Array, " obs"]]:
     state, _ = current
-    fresh = generation.new_game(key, active)
+    fresh = generation.curriculum_game(key, stage, active)   # new_game at stage 1
     # A new game's UNDO stack is empty, so it may keep `state`'s snapshots (see `restart`):
     # then the batched update below never carries or scatters the stacks.
     fresh = besides_snapshots(lambda new, _: new, fresh, state)
@@ -63,16 +63,16 @@ _fresh_game_where = batching.where_selected(
     + ["0.history.top", "0.history.depth", "1"], 64, 8)
 
 
-def reset_where(done: Bool[Array, ""], state: GameState, obs: Observation, key: Key[Array, ""]
-                ) -> tuple[GameState, Observation]:
-    """`reset(key)` where `done`, else `(state, obs)`: the auto-reset of a vectorised env.
+def reset_where(done: Bool[Array, ""], state: GameState, obs: Observation, key: Key[Array, ""],
+                stage: Int32[Array, ""] | int = 1) -> tuple[GameState, Observation]:
+    """`reset(key, stage)` where `done`, else `(state, obs)`: the auto-reset of a vectorised env.
 
     Under `vmap` only the games that are done generate a new game and compute its
     observation (`batching.where_selected`), so a batch pays for its finished games, not
     for a `reset` of every game (`jnp.where(done, reset(key), ...)`). The new game is the
-    one `reset(key)` makes, except for the UNDO slots it never reads (as in `restart`).
+    one `reset(key, stage)` makes, except for the UNDO slots it never reads (as in `restart`).
     """
-    state, values = _fresh_game_where((state, obs.values), done, key)
+    state, values = _fresh_game_where((state, obs.values), done, key, jnp.asarray(stage, jnp.int32))
     return state, Observation(values=values)
 
 
@@ -89,9 +89,10 @@ def _select_unless_all(pred, a, b):
     return batching.select(pred, a, b)
 
 
-def reset(key: Key[Array, ""]) -> tuple[GameState, Observation]:
-    """A new game (§12.5) and its observation."""
-    state = generation.new_game(key)
+def reset(key: Key[Array, ""], stage: Int32[Array, ""] | int = 1) -> tuple[GameState, Observation]:
+    """A new game (§12.5) and its observation. A `stage` above 1 is a curriculum start
+    (`generation.curriculum_game`, docs/rules.md#curriculum-starts), not a rule of the game."""
+    state = generation.curriculum_game(key, stage)
     return state, observe(state)
 
 

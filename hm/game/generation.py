@@ -44,7 +44,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int32, PRNGKeyArray, UInt32
+from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, UInt32
 
 from hm.game import batching, bitboard, entities
 from hm.game import constants as C
@@ -550,7 +550,12 @@ def new_game(key: PRNGKeyArray, active: Bool[Array, ""] | bool = True) -> GameSt
 
 
 def _new_game(key: PRNGKeyArray, active: Bool[Array, ""]) -> GameState:
-    # The start stream is one that stage generation (same key, below) does not use.
+    return _initialise_stage(_starting_state(key), active, key)
+
+
+def _starting_state(key: PRNGKeyArray) -> GameState:
+    """§12.5 before the stage is initialised: the player on a corner with the bonus."""
+    # The start stream is one that stage generation (same key) does not use.
     words = _words(_seeds(key, _NUM_STREAMS)[_STREAM_START], jnp.arange(2, dtype=jnp.int32))
     corner = jnp.asarray(_CORNER_CELLS)[_below(words[0], 4).astype(jnp.int32)]
     bonus = _below(words[1], 3).astype(jnp.int32)
@@ -561,7 +566,7 @@ def _new_game(key: PRNGKeyArray, active: Bool[Array, ""]) -> GameState:
         (jnp.where(bonus == 0, C.STARTING_BONUS_CREDITS, player.credits),
          jnp.where(bonus == 1, C.STARTING_BONUS_ENERGY, player.energy),
          jnp.where(bonus == 2, C.STARTING_BONUS_SIPHONS, player.data_siphons)))
-    return _initialise_stage(state, active, key)
+    return state
 
 
 # ---------------------------------------------------------------------------------------
@@ -608,3 +613,98 @@ def maybe_new_game(state: GameState, reset: Bool[Array, ""], key: PRNGKeyArray) 
     """`new_game(key)` if `reset`, else `state` (auto-reset); under `vmap` only the games
     being reset do any work."""
     return _maybe_new_game(state, reset, key)
+
+
+# ---------------------------------------------------------------------------------------
+# Curriculum starts (docs/rules.md#curriculum-starts). Not a rule of the game: a way for a
+# trainer to begin some episodes at a later stage. Stage 1 is `new_game`, exactly.
+
+# What a player who reached stage k is given, drawn once per completed stage j = 1..k-1:
+CURRICULUM_CREDITS_MAX = 8        # credits + U{0..8}
+CURRICULUM_ENERGY_MAX = 8         # energy + U{0..8}
+CURRICULUM_SCORE_MAX = 9          # score + U{0..9}: one data block's points
+CURRICULUM_P_PROGRAM = 0.5        # one more owned program (distinct, uniform), probability ½
+# ... and once:
+CURRICULUM_SIPHONS_MAX = 2        # data siphons + U{0..2}, still held on arrival
+CURRICULUM_P_HURT = 0.25          # hp 2 instead of 3
+# Enemies that survived earlier stages, as extra plain transmissions: U{0..k // 2}.
+
+# Counters of the start stream (`_STREAM_START`; `_starting_state` uses 0 and 1).
+_CURRICULUM_COIN, _CURRICULUM_STAGE, _CURRICULUM_HURT, _CURRICULUM_SIPHONS, _CURRICULUM_CARRIED = range(2, 7)
+_CURRICULUM_PER_STAGE = 8         # then 4 blocks of NUM_STAGES - 1 words: credits, energy, score, program
+# Streams past those `_initialise_stage` uses: the carried transmissions' order and type
+# (as `_place` takes them), and the owned programs' order.
+_STREAM_CARRIED = _NUM_STREAMS + _TRANSMISSION_STREAMS
+_STREAM_OWNED = _STREAM_CARRIED + _TRANSMISSION_STREAMS
+_P_PROGRAM = _threshold(CURRICULUM_P_PROGRAM)
+_P_HURT = _threshold(CURRICULUM_P_HURT)
+
+
+def _start_words(key: PRNGKeyArray, first: int, count: int) -> UInt32[Array, " count"]:
+    return _words(_seeds(key, _NUM_STREAMS)[_STREAM_START], first + jnp.arange(count, dtype=jnp.int32))
+
+
+def curriculum_stage(key: PRNGKeyArray, share: Float32[Array, ""] | float,
+                     max_stage: Int32[Array, ""] | int) -> Int32[Array, ""]:
+    """The stage a curriculum start begins at: with probability `share` uniform over
+    2..`max_stage` (clipped to 2..8), else 1.
+
+    `share` 0 gives stage 1 for every key, `share` 1 a later stage for every key. Drawn
+    from `key`'s start stream, on counters that neither `new_game` nor stage generation
+    read, so the same key then makes the game (`curriculum_game(key, stage)`).
+    """
+    coin, which = _start_words(key, _CURRICULUM_COIN, 2)
+    later = (coin >> 8).astype(jnp.float32) * np.float32(2.0 ** -24) < share
+    top = jnp.clip(jnp.asarray(max_stage, jnp.int32), 2, C.NUM_STAGES)
+    stage = 2 + _below(which, (top - 1).astype(_U32)).astype(jnp.int32)
+    return jnp.where(later, stage, 1).astype(jnp.int32)
+
+
+def curriculum_game(key: PRNGKeyArray, stage: Int32[Array, ""] | int,
+                    active: Bool[Array, ""] | bool = True) -> GameState:
+    """A new game that begins at `stage` (1..8) with what a player who got there might hold.
+
+    Stage 1 is `new_game(key, active)`, bit for bit. For stage k ≥ 2 the game starts as
+    `new_game` does (corner, starting bonus), the player is given, for each of the k − 1
+    stages it is taken to have completed, U{0..8} credits, U{0..8} energy, U{0..9} score
+    and, with probability ½, one more program (distinct programs, uniformly drawn); and
+    once U{0..2} data siphons and hp 2 with probability ¼ (else 3). Then stage k is
+    initialised as on an advance (§12.2: interval 13 − k, its k transmissions) and
+    U{0..k // 2} more plain transmissions are placed (§11) for the enemies that would
+    have survived the earlier stages. Attack stays 1, pending 0, the history empty.
+
+    The rule is not the game's (docs/rules.md#curriculum-starts): it is a starting
+    distribution for training. Every state it makes is a valid game.
+    """
+    stage = jnp.clip(jnp.asarray(stage, jnp.int32), 1, C.NUM_STAGES)
+    completed = stage - 1
+    state = _starting_state(key)
+    hurt, siphons, carried = _start_words(key, _CURRICULUM_HURT, 3)
+    per_stage = _start_words(key, _CURRICULUM_PER_STAGE, 4 * (C.NUM_STAGES - 1)).reshape(4, -1)
+    counted = jnp.arange(C.NUM_STAGES - 1) < completed
+
+    def total(words, most):
+        return jnp.sum(jnp.where(counted, _below(words, most + 1).astype(jnp.int32), 0))
+
+    programs = jnp.sum(counted & (per_stage[3] < _P_PROGRAM), dtype=jnp.int32)
+    seeds = _seeds(key, _STREAM_OWNED + 1)
+    order = _draw_programs(seeds[_STREAM_OWNED])
+    owned = jnp.zeros(C.NUM_PROGRAMS, bool).at[order].set(jnp.arange(C.NUM_PROGRAMS) < programs)
+    later = completed > 0
+    player = state.player
+    state = eqx.tree_at(
+        lambda s: (s.player.credits, s.player.energy, s.player.score, s.player.data_siphons,
+                   s.player.hp, s.player.owned, s.stage, s.interval),
+        state,
+        (player.credits + total(per_stage[0], CURRICULUM_CREDITS_MAX),
+         player.energy + total(per_stage[1], CURRICULUM_ENERGY_MAX),
+         player.score + total(per_stage[2], CURRICULUM_SCORE_MAX),
+         player.data_siphons + jnp.where(later, _below(siphons, CURRICULUM_SIPHONS_MAX + 1).astype(jnp.int32), 0),
+         jnp.where(later & (hurt < _P_HURT), player.hp - 1, player.hp),
+         owned,
+         stage,
+         jnp.where(later, C.INTERVAL_BASE - stage, state.interval)))
+    state = _initialise_stage(state, jnp.asarray(active), key)
+    extra = jnp.where(later, _below(carried, (stage // 2 + 1).astype(_U32)).astype(jnp.int32), 0)
+    zero = jnp.int32(0)
+    return _place(state, seeds[_STREAM_CARRIED:_STREAM_OWNED], zero, zero, extra)

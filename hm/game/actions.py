@@ -28,20 +28,15 @@ from jaxtyping import Array, Bool, Int32
 from hm.game import bitboard, entities, geometry
 from hm.game import constants as C
 from hm.game.bitboard import CELLS_PER_WORD
+from hm.game.program_table import CREDIT_COST, ENERGY_COST, PROGRAMS
 from hm.game.state import GameState
 
-_CREDIT_COST = C.PROGRAM_CREDIT_COST
-_ENERGY_COST = C.PROGRAM_ENERGY_COST
 _CELL_IDS = np.arange(C.NUM_CELLS, dtype=np.int32)
 _PROGRAM_IDS = np.arange(C.NUM_PROGRAMS, dtype=np.int32)
 _ROW_OF = geometry.ROW_OF
 _COL_OF = geometry.COL_OF
 
-# Bitboards of static cell sets, indexed by cell: the cell's row, its column, its 8
-# surrounding cells (§9.3), its cross (§8).
-_ROW = bitboard.table(_ROW_OF[:, None] == _ROW_OF[None, :])
-_COL = bitboard.table(_COL_OF[:, None] == _COL_OF[None, :])
-_SURROUNDING = bitboard.table(geometry.SURROUNDING_MASK)
+# Bitboards of static cell sets, indexed by cell: its cross (§8).
 _CROSS = bitboard.table(geometry.CROSS_MASK)
 # Bit `cell % 18` (in word `cell // 18`) of every cell; the shifts of a per-cell OR-reduction.
 _CELL_SHIFT = (_CELL_IDS % CELLS_PER_WORD).astype(np.uint32)
@@ -90,41 +85,12 @@ def _occupancy(state: GameState) -> _Occupancy:
 
 
 def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
-    p = state.player
-    here = player_cell(state)
-    crash = bitboard.meets(o.blocks | o.enemies | o.transmissions,
-                           bitboard.take(_SURROUNDING, here))
-    any_enemy, any_transmission = o.any_enemy, o.any_transmission
-    conditions = [
-        any_enemy,                                                    # PUSH
-        any_enemy,                                                    # PULL
-        crash,                                                        # CRASH
-        any_enemy | any_transmission,                                 # WARP
-        any_enemy,                                                    # POLY
-        jnp.asarray(True),                                            # WAIT
-        bitboard.meets(o.enemies, o.blocks),                          # DEBUG
-        bitboard.meets(o.enemies, bitboard.take(_ROW, here)),         # ROW
-        bitboard.meets(o.enemies, bitboard.take(_COL, here)),         # COL
-        state.history.depth > 0,                                      # UNDO
-        jnp.asarray(True),                                            # STEP
-        jnp.asarray(True),                                            # SIPH+
-        p.credits >= 4,                                               # EXCH
-        ~state.show,                                                  # SHOW
-        p.hp < C.MAX_HP,                                              # RESET
-        ~state.calm,                                                  # CALM
-        o.any_daemon,                                                 # D_BOM
-        any_transmission,                                             # DELAY
-        o.any_virus,                                                  # ANTI-V
-        state.stage < C.NUM_STAGES,                                   # SCORE
-        o.any_reducible,                                              # REDUC
-        state.atk_uses < C.MAX_ATK_USES,                              # ATK+
-        o.any_siphoned,                                               # HACK
-    ]
+    """Each program's own condition (`program_table.PROGRAMS`, §4), by program id."""
     # Packed into one word and unpacked in one elementwise op: stacking 23 scalars
     # would cost one small fusion each under `vmap`.
     word = jnp.asarray(0, jnp.uint32)
-    for g, condition in enumerate(conditions):
-        word = word | (jnp.asarray(condition).astype(jnp.uint32) << g)
+    for program in PROGRAMS:
+        word = word | (jnp.asarray(program.condition(state, o)).astype(jnp.uint32) << program.id)
     return ((word >> _PROGRAM_IDS.astype(np.uint32)) & np.uint32(1)) != 0
 
 
@@ -137,7 +103,7 @@ def legal_actions(state: GameState) -> Bool[Array, "28"]:
     blocked = bitboard.holds(o.blocks, targets) & ~bitboard.holds(o.enemies, targets)
     directional = (targets >= 0) & ~blocked
     siphon = (p.data_siphons > 0)[None]
-    programs = (p.owned & (p.credits >= _CREDIT_COST) & (p.energy >= _ENERGY_COST)
+    programs = (p.owned & (p.credits >= CREDIT_COST) & (p.energy >= ENERGY_COST)
                 & _program_conditions(state, o))
     return jnp.concatenate([directional, siphon, programs])
 

@@ -33,7 +33,8 @@ NUM_ACTIONS = 28
 ACTION_SIPHON = 4
 PROGRAM_ACTION_OFFSET = 5
 
-# §4 program table, in id order (action = 5 + id).
+# §4 program ids and names, in id order (action = 5 + id). Each program's cost, spawn
+# count, condition and effect are its entry in `program_table.PROGRAMS`.
 PROGRAM_NAMES = (
     "PUSH", "PULL", "CRASH", "WARP", "POLY", "WAIT", "DEBUG", "ROW", "COL", "UNDO",
     "STEP", "SIPH+", "EXCH", "SHOW", "RESET", "CALM", "D_BOM", "DELAY", "ANTI-V",
@@ -42,12 +43,6 @@ PROGRAM_NAMES = (
 NUM_PROGRAMS = len(PROGRAM_NAMES)
 (PUSH, PULL, CRASH, WARP, POLY, WAIT, DEBUG, ROW, COL, UNDO, STEP, SIPH_PLUS, EXCH,
  SHOW, RESET, CALM, D_BOM, DELAY, ANTI_V, SCORE, REDUC, ATK_PLUS, HACK) = range(NUM_PROGRAMS)
-PROGRAM_CREDIT_COST = np.array(
-    [0, 0, 3, 2, 1, 0, 3, 3, 3, 1, 0, 5, 4, 2, 0, 2, 3, 1, 3, 0, 2, 4, 2], dtype=np.int32)
-PROGRAM_ENERGY_COST = np.array(
-    [2, 2, 2, 2, 1, 1, 0, 1, 1, 0, 3, 0, 0, 0, 4, 4, 0, 2, 0, 5, 1, 4, 2], dtype=np.int32)
-PROGRAM_SPAWN_COUNT = np.array(
-    [4, 4, 6, 5, 3, 1, 4, 2, 2, 3, 4, 7, 3, 2, 2, 6, 4, 4, 4, 5, 3, 8, 4], dtype=np.int8)
 # SCENARIO.md: program blocks named in a scenario without spawnCount spawn 2.
 SCENARIO_PROGRAM_SPAWN_DEFAULT = 2
 SCENARIO_DATA_POINTS_DEFAULT = 5

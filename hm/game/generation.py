@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, UInt32
 
-from hm.game import batching, bitboard, entities
+from hm.game import batching, bitboard, entities, program_table
 from hm.game import constants as C
 from hm.game.state import (
     EMPTY_TOP,
@@ -455,7 +455,7 @@ def _stage_board(state: GameState, seeds: UInt32[Array, "streams 2"],
     program_index = batching.prefix_sum(is_program) - 1
     program = jnp.where(is_program, program[jnp.clip(program_index, 0, C.NUM_PROGRAMS - 1)], -1)
     spawn = jnp.where(is_data, points,
-                      jnp.asarray(C.PROGRAM_SPAWN_COUNT)[jnp.maximum(program, 0)])
+                      jnp.asarray(program_table.SPAWN_COUNT)[jnp.maximum(program, 0)])
 
     pickup = jnp.zeros(C.NUM_CELLS, bool).at[jnp.asarray(_CORNER_CELLS)].set(corner_options)
     content = jnp.where(block, C.BLOCK, jnp.where(pickup, C.PICKUP, C.EMPTY))

@@ -29,6 +29,7 @@ from tap import Tap
 from hm import game, viz
 from hm.command import Command, check_output_file, check_seed, use_compile_cache
 from hm.game import constants as C
+from hm.game.program_table import PROGRAMS
 from hm.game.render import LEGEND
 from hm.game.scenario import PROGRAM_IDS, program_name
 from hm.train.config import MAX_SEED
@@ -183,7 +184,7 @@ def why_illegal(state: game.GameState, action: int) -> str:
         return "you have no data siphons"
     program = action - C.PROGRAM_ACTION_OFFSET
     name = C.PROGRAM_NAMES[program]
-    credits, energy = int(C.PROGRAM_CREDIT_COST[program]), int(C.PROGRAM_ENERGY_COST[program])
+    credits, energy = PROGRAMS[program].credits, PROGRAMS[program].energy
     if not bool(p.owned[program]):
         return f"you do not own {name}"
     if int(p.credits) < credits or int(p.energy) < energy:

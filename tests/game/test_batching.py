@@ -4,7 +4,7 @@
   loop over single games), for the selected and the unselected games, in batches where
   none, some and all games are selected.
 * Every `where_selected` rule writes only the fields it declares (a write outside them
-  is dropped under `vmap`), and so do the sparse programs (`programs._SPARSE_WRITES`).
+  is dropped under `vmap`), and so does every program's effect (`Program.writes`).
 * `vmap(step)` takes every batched rule (`batching.batched_traces`), so the fast paths
   cannot silently stop being taken.
 """
@@ -21,7 +21,7 @@ from jaxprs import primitives
 
 import hm.game
 import hm.game as game
-from hm.game import batching, core, enemy_phase, generation, programs, reward
+from hm.game import batching, core, enemy_phase, generation, program_table, programs, random_draws, reward
 from hm.game import constants as C
 from hm.game.actions import player_cell
 from hm.train import distributions
@@ -180,36 +180,48 @@ def test_run_program_batched_equals_alone(played, mix):
     assert_same_per_game(out, singles, f"run_program, {mix} sparse")
 
 
-def test_sparse_programs_write_only_declared_fields(played):
-    """Every sparse program, on every game: the fields outside `_SPARSE_WRITES` come back
-    as they were, and UNDO changes none outside `_SPARSE_WRITES` and `_UNDO_WRITES`."""
+@pytest.mark.parametrize("program", range(C.NUM_PROGRAMS), ids=C.PROGRAM_NAMES)
+def test_every_program_writes_only_declared_fields(played, program):
+    """Each entry's effect, on every game: the fields outside its declaration
+    (`Program.writes`, the cost and the outcome) come back as they were. `run_program`
+    keeps only the declared fields of an entry's result, so an undeclared write would be
+    dropped."""
     state, _ = played
-    g = programs._game(state)
-    top = state.history.top
-    snap = jax.vmap(lambda h, t: programs.unpack_snapshot(h.small[t], h.wide[t]))(state.history, top)
-    before = programs._Changed(game=g, kills=jnp.zeros(GAMES, jnp.int32),
-                               reached_exit=jnp.zeros(GAMES, bool))
-    _, impl = programs._key_parts(keys(0)[0])
-    sparse = jax.jit(programs._sparse, static_argnums=4)
-    for program in sorted(programs.SPARSE_PROGRAMS):
-        data = jax.random.key_data(keys(program)).astype(jnp.uint32)
-        effect, undone = sparse(g, snap, jnp.full(GAMES, program, jnp.int32), data, impl)
-        assert batching.undeclared_changes(programs._SPARSE_WRITES, before, effect) == [], program
-        assert batching.undeclared_changes(
-            programs._SPARSE_WRITES + programs._UNDO_WRITES, before, undone) == [], program
+    entry = program_table.PROGRAMS[program]
+    g = programs._paid(programs._game(state), jnp.full(GAMES, program, jnp.int32))
+    snapshot = jax.vmap(lambda h: programs.unpack_snapshot(h.small[h.top], h.wide[h.top]))(state.history)
+    _, impl = random_draws.key_parts(keys(0)[0])
+    key = jax.random.key_data(keys(program)).astype(jnp.uint32)
+
+    @jax.jit
+    def effect(g, key, snapshot):
+        given = program_table.Given(runs=jnp.ones(GAMES, bool), key=key, impl=impl, snapshot=snapshot)
+        return programs._complete(entry.effect(g, given), GAMES)
+
+    before = programs._complete(program_table.Result(g), GAMES)
+    after = effect(g, key, snapshot)
+    writes = programs.result_writes(entry)
+    assert batching.undeclared_changes(writes, before, after) == [], entry.name
 
 
-def test_every_state_field_has_a_role():
-    """`_sparse_roles` derives a role for every leaf of a program's result from the state's
-    fields: each declared name is a field, and UNDO restores every snapshot field."""
-    changed = jax.eval_shape(lambda: programs._Changed(
-        game=programs._game(game.reset(jax.random.key(0))[0]), kills=jnp.int32(0),
-        reached_exit=jnp.asarray(False)))
-    roles = dict(zip(batching.leaf_paths(changed), jax.tree.leaves(programs._sparse_roles(changed))))
-    assert set(roles.values()) == {"effect", "undo", "kept"}
-    assert roles["game.board.content"] == "effect"
-    assert roles["game.turn"] == roles["game.history.top"] == "undo"
-    assert roles["game.stage"] == roles["game.step_active"] == "kept"
+def test_every_declared_write_is_a_field():
+    """Each entry's `writes` names fields of the state (a typo would declare nothing)."""
+    result = jax.eval_shape(lambda: programs._complete(program_table.Result(
+        programs._game(game.reset(jax.random.key(0))[0])), 1))
+    for entry in program_table.PROGRAMS:
+        batching.written_leaves(result, programs.result_writes(entry), entry.name)
+    assert "game.board.content" in programs.SPARSE_WRITES         # CRASH
+    assert "game.turn" in programs.SPARSE_WRITES                  # UNDO
+    assert "game.step_active" not in programs.SPARSE_WRITES       # STEP is dense
+
+
+def test_the_table_is_the_one_source_of_costs():
+    """The table's columns are the §4 numbers, in id order, and the legal mask uses them."""
+    table = program_table.PROGRAMS
+    assert [p.name for p in table] == list(C.PROGRAM_NAMES)
+    np.testing.assert_array_equal(program_table.CREDIT_COST, [p.credits for p in table])
+    np.testing.assert_array_equal(program_table.ENERGY_COST, [p.energy for p in table])
+    np.testing.assert_array_equal(program_table.SPAWN_COUNT, [p.spawn for p in table])
 
 
 @pytest.mark.parametrize("selection", sorted(SELECTIONS))

@@ -1,6 +1,6 @@
-"""WARP's and POLY's random draws: the hand-written threefry in `programs.py` is `jax.random`.
+"""WARP's and POLY's random draws: the hand-written threefry in `random_draws.py` is `jax.random`.
 
-`programs.py` computes `split` and `randint` itself (an unrolled threefry that XLA
+`random_draws.py` computes `split` and `randint` itself (an unrolled threefry that XLA
 fuses) when the key is JAX's default `threefry2x32` with partitionable draws, and calls
 `jax.random` for any other key. These tests pin that the two agree draw for draw, and
 that the gate (the implementation's name, `jax_threefry_partitionable`) still picks the
@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hm.game import programs
+from hm.game import random_draws
 
 ROWS = 512
 
@@ -24,20 +24,20 @@ def raw_keys(seed: int, rows: int = ROWS) -> jax.Array:
 def test_default_keys_take_the_hand_written_path():
     assert str(jax.random.key_impl(jax.random.key(0))) == "threefry2x32"
     assert jax.config.jax_threefry_partitionable
-    data, impl = programs._key_parts(jax.random.key(0))
+    data, impl = random_draws.key_parts(jax.random.key(0))
     assert impl is None
     assert data.dtype == jnp.uint32 and data.shape == (2,)
 
 
 def test_split_and_randint_equal_jax_random():
     keys = raw_keys(0)
-    first, second = programs._split2(keys)
+    first, second = random_draws._split2(keys)
     want = jax.vmap(lambda k: jax.random.key_data(jax.random.split(jax.random.wrap_key_data(k))))(keys)
     np.testing.assert_array_equal(first, want[:, 0])
     np.testing.assert_array_equal(second, want[:, 1])
     # spans from 1 to far beyond the board, where the two-draw modulo arithmetic matters
     spans = jax.random.randint(jax.random.key(1), (ROWS,), 1, 1 << 30).at[:40].set(jnp.arange(1, 41))
-    got = programs._randint(keys, 7, spans)
+    got = random_draws._randint(keys, 7, spans)
     want = jax.vmap(lambda k, s: jax.random.randint(jax.random.wrap_key_data(k), (7,), 0, s))(keys, spans)
     assert got.dtype == want.dtype == jnp.int32
     np.testing.assert_array_equal(got, want)
@@ -47,8 +47,9 @@ def test_warp_and_poly_draws_equal_jax_random():
     keys = raw_keys(2)
     n_targets = jax.random.randint(jax.random.key(3), (ROWS,), 0, 37)   # 0: no target
     impl = jax.random.key_impl(jax.random.key(0))
-    fast_pick, fast_offsets = programs._draws(keys, n_targets, None)
-    pick, offsets = programs._draws(keys, n_targets, impl)
+    span = jnp.maximum(n_targets, 1)
+    fast_pick, pick = random_draws.warp_pick(keys, span, None), random_draws.warp_pick(keys, span, impl)
+    fast_offsets, offsets = random_draws.poly_offsets(keys, None), random_draws.poly_offsets(keys, impl)
     np.testing.assert_array_equal(fast_pick, pick)
     np.testing.assert_array_equal(fast_offsets, offsets)
     # the draws cover their ranges, so equality above is not between constants

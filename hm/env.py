@@ -17,6 +17,10 @@ The auto-reset is cheap: under `vmap`, only the games that are done generate a n
 (`hm.game.reset_where`), so a plain `lax.scan` over `jax.vmap(env.step)` pays for the
 episodes that end, not for a new game per step of every game.
 
+A curriculum (`EnvParams.curriculum_share`, `curriculum_max_stage`) starts some episodes
+at a later stage (`hm.game.generation.curriculum_game`, docs/rules.md#curriculum-starts);
+with the defaults every episode is an ordinary game from stage 1, bit for bit.
+
 `Environment` holds what any such environment shares (truncation, auto-reset, episode
 counters, the info keys); a subclass gives the rules of one episode. The trainer's
 environments (`hm.train.envs`) run through it too, so there is one vectorised-env
@@ -28,30 +32,57 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, PyTree
 
 import hm.game as game
 from hm.game import constants as C
+from hm.game import generation
 
 Info = dict
 
 
-def _int32(x) -> Int32[Array, ""]:
+def _int32(x) -> Int32[Array, "*games"]:
     return jnp.asarray(x, jnp.int32)
 
 
-class EnvParams(eqx.Module):
-    """Settings of an environment that may be traced (every field is a pytree leaf)."""
+def _float32(x) -> Float32[Array, "*games"]:
+    return jnp.asarray(x, jnp.float32)
 
-    max_episode_steps: Int32[Array, ""] = eqx.field(converter=_int32, default=1000)
+
+def _concrete(x) -> np.ndarray | None:
+    """`x`'s value, or None inside a traced function (the caller's value, unchecked)."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+class EnvParams(eqx.Module):
+    """Settings of an environment that may be traced (every field is a pytree leaf).
+
+    `max_episode_steps` truncates an episode. `curriculum_share` is the probability that a
+    new episode is a curriculum start (docs/rules.md#curriculum-starts), at a stage drawn
+    uniformly from 2..`curriculum_max_stage`; 0, the default, starts every episode as an
+    ordinary game from stage 1.
+
+    Each field is one value for every game, or one per game (a leading axis, mapped
+    with the games: `jax.vmap(env.step)(keys, states, actions, params)`).
+    """
+
+    max_episode_steps: Int32[Array, "*games"] = eqx.field(converter=_int32, default=1000)
+    curriculum_share: Float32[Array, "*games"] = eqx.field(converter=_float32, default=0.0)
+    curriculum_max_stage: Int32[Array, "*games"] = eqx.field(converter=_int32, default=C.NUM_STAGES)
 
     def __check_init__(self):
-        try:
-            steps = int(self.max_episode_steps)
-        except jax.errors.ConcretizationTypeError:
-            return  # built inside a traced function: the caller's value, unchecked
-        if steps < 1:
-            raise ValueError(f"EnvParams.max_episode_steps must be at least 1, got {steps}")
+        checks = (("max_episode_steps", "at least 1", lambda v: v >= 1),
+                  ("curriculum_share", "in [0, 1]", lambda v: (v >= 0) & (v <= 1)),
+                  ("curriculum_max_stage", f"in 2..{C.NUM_STAGES}",
+                   lambda v: (v >= 2) & (v <= C.NUM_STAGES)))
+        for name, span, ok in checks:
+            value = _concrete(getattr(self, name))
+            if value is not None and not np.all(ok(value)):
+                raise ValueError(f"EnvParams.{name} must be {span}, got {value}")
 
 
 class EnvState(eqx.Module):
@@ -68,6 +99,8 @@ class Environment(eqx.Module):
     A subclass gives the rules of one episode: `reset_env`, `step_env`,
     `game_action_mask`, `game_observation`, and, where a new episode is expensive,
     a cheaper `reset_env_where`. `reset` and `step` are the same for every environment.
+    As in gymnax, the reset methods take the `EnvParams` (how an episode starts may
+    depend on them); `step_env` does not need them.
     """
 
     num_actions: eqx.AbstractVar[int]
@@ -78,8 +111,8 @@ class Environment(eqx.Module):
         return EnvParams()
 
     @abc.abstractmethod
-    def reset_env(self, key: PRNGKeyArray) -> tuple[Float32[Array, "..."], PyTree]:
-        """A new episode: `(observation, game)`."""
+    def reset_env(self, key: PRNGKeyArray, params: EnvParams) -> tuple[Float32[Array, "..."], PyTree]:
+        """A new episode under `params`: `(observation, game)`."""
 
     @abc.abstractmethod
     def step_env(self, key: PRNGKeyArray, game_state: PyTree, action: Int32[Array, ""]
@@ -99,22 +132,23 @@ class Environment(eqx.Module):
         """The observation of `game_state`."""
 
     def reset_env_where(self, done: Bool[Array, ""], key: PRNGKeyArray, game_state: PyTree,
-                        obs: Float32[Array, "..."]) -> tuple[Float32[Array, "..."], PyTree]:
-        """`reset_env(key)` where `done`, else `(obs, game_state)`.
+                        obs: Float32[Array, "..."], params: EnvParams
+                        ) -> tuple[Float32[Array, "..."], PyTree]:
+        """`reset_env(key, params)` where `done`, else `(obs, game_state)`.
 
         This default runs `reset_env` for every game (under `vmap`, on every step);
         override it where a new episode is expensive.
         """
-        fresh_obs, fresh = self.reset_env(key)
+        fresh_obs, fresh = self.reset_env(key, params)
         return (jnp.where(done, fresh_obs, obs),
                 jax.tree.map(lambda new, old: jnp.where(done, new, old), fresh, game_state))
 
     def reset(self, key: PRNGKeyArray, params: EnvParams | None = None
               ) -> tuple[Float32[Array, "..."], EnvState]:
-        """A new episode: `(obs, state)`. `params` is accepted for the gymnax signature;
-        no setting changes how an episode starts."""
-        del params
-        obs, game_state = self.reset_env(key)
+        """A new episode: `(obs, state)`, started as `params` (default `default_params`)
+        asks: a curriculum start, or an ordinary game."""
+        params = self.default_params if params is None else params
+        obs, game_state = self.reset_env(key, params)
         return obs, EnvState(game=game_state, episode_return=jnp.float32(0.0),
                              episode_length=jnp.int32(0))
 
@@ -124,7 +158,7 @@ class Environment(eqx.Module):
         """One step, then a new episode if this one ended: `(obs, state, reward, done, info)`.
 
         `key` is split into `(step_key, reset_key)`: the step uses the first, and a
-        finished episode is replaced by `reset(reset_key)`'s.
+        finished episode is replaced by `reset(reset_key, params)`'s.
 
         `info` adds to `step_env`'s keys: `terminated` and `truncated` (`done` is their
         or), `final_observation` (the observation after the step, before any reset:
@@ -139,7 +173,7 @@ class Environment(eqx.Module):
         episode_length = state.episode_length + 1
         truncated = ~terminated & (episode_length >= params.max_episode_steps)
         done = terminated | truncated
-        obs, game_state = self.reset_env_where(done, reset_key, game_state, final_obs)
+        obs, game_state = self.reset_env_where(done, reset_key, game_state, final_obs, params)
         info = dict(info)
         info.update(terminated=terminated, truncated=truncated, final_observation=final_obs,
                     action_mask=self.game_action_mask(game_state),
@@ -170,9 +204,15 @@ class HackMatrix(Environment):
     num_actions: int = eqx.field(static=True, default=C.NUM_ACTIONS)
     observation_shape: tuple[int, ...] = eqx.field(static=True, default=(C.OBS_FLAT_SIZE,))
 
-    def reset_env(self, key: PRNGKeyArray) -> tuple[Float32[Array, " 1545"], game.GameState]:
-        state, obs = game.reset(key)
+    def reset_env(self, key: PRNGKeyArray, params: EnvParams
+                  ) -> tuple[Float32[Array, " 1545"], game.GameState]:
+        state, obs = game.reset(key, self.start_stage(key, params))
         return obs.flat(), state
+
+    def start_stage(self, key: PRNGKeyArray, params: EnvParams) -> Int32[Array, ""]:
+        """The stage the episode that `key` starts begins at: 1 unless the curriculum
+        draws a later one (`generation.curriculum_stage`, from the key's own stream)."""
+        return generation.curriculum_stage(key, params.curriculum_share, params.curriculum_max_stage)
 
     def step_env(self, key: PRNGKeyArray, game_state: game.GameState, action: Int32[Array, ""]
                  ) -> tuple[Float32[Array, " 1545"], game.GameState, Float32[Array, ""],
@@ -195,8 +235,10 @@ class HackMatrix(Environment):
         return game.observe(game_state).flat()
 
     def reset_env_where(self, done: Bool[Array, ""], key: PRNGKeyArray,
-                        game_state: game.GameState, obs: Float32[Array, " 1545"]
+                        game_state: game.GameState, obs: Float32[Array, " 1545"], params: EnvParams
                         ) -> tuple[Float32[Array, " 1545"], game.GameState]:
-        """Only the games that are done generate (`hm.game.reset_where`)."""
-        game_state, new_obs = game.reset_where(done, game_state, game.Observation(obs), key)
+        """Only the games that are done generate (`hm.game.reset_where`); every game
+        draws its start stage (two hashed words), the done ones use it."""
+        game_state, new_obs = game.reset_where(done, game_state, game.Observation(obs), key,
+                                               self.start_stage(key, params))
         return new_obs.flat(), game_state

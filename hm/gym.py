@@ -141,8 +141,8 @@ class _WaitForReset(HackMatrix):
     `Environment.step`'s.
     """
 
-    def reset_env_where(self, done, key, game_state, obs):
-        del done, key
+    def reset_env_where(self, done, key, game_state, obs, params):
+        del done, key, params
         return obs, game_state
 
 

@@ -18,7 +18,11 @@ episode counters a user of `hm.env` gets:
   finished (`hm.game.reset_where`), so no reset pool is needed;
 * a new run's slots hold no game (`vector_unstarted`, episode length -1) and take their
   first game in the first rollout (`vector_start`, the same `reset_where`), so starting
-  a run does not compile the game a second time outside the training program.
+  a run does not compile the game a second time outside the training program;
+* a curriculum: each slot's new episodes start as its `curriculum_share` and
+  `curriculum_max_stage` ask (`hm.env.EnvParams`; one value per slot, so the members of
+  a population may differ), through the env's `start` and `reset_where`. Envs without
+  stages ignore them.
 """
 
 import abc
@@ -51,7 +55,14 @@ class AbstractEnv(eqx.Module):
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
-        """A new episode: `(state, flat observation)`."""
+        """A new, ordinary episode: `(state, flat observation)`."""
+
+    def start(self, key: PRNGKeyArray, params: EnvParams) -> tuple[PyTree, Float[Array, " obs"]]:
+        """A new training episode as `params` asks (HackMatrix: a curriculum start at a
+        later stage, sometimes). This default is `reset(key)`: an env without stages has
+        no curriculum."""
+        del params
+        return self.reset(key)
 
     @abc.abstractmethod
     def step(
@@ -68,10 +79,11 @@ class AbstractEnv(eqx.Module):
         """The flat observation of `state`."""
 
     def reset_where(self, done: Bool[Array, ""], state: PyTree, obs: Float[Array, " obs"],
-                    key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
-        """`reset(key)` where `done`, else `(state, obs)`. This default resets every game
-        (under `vmap`, on every step); override it where a new episode is expensive."""
-        fresh, fresh_obs = self.reset(key)
+                    key: PRNGKeyArray, params: EnvParams) -> tuple[PyTree, Float[Array, " obs"]]:
+        """`start(key, params)` where `done`, else `(state, obs)`. This default starts a
+        game for every slot (under `vmap`, on every step); override it where a new
+        episode is expensive."""
+        fresh, fresh_obs = self.start(key, params)
         return (jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state),
                 jnp.where(done, fresh_obs, obs))
 
@@ -152,7 +164,11 @@ class HackMatrixEnv(_HackMatrixShaped):
     reward_terms: tuple[str, ...] = eqx.field(static=True, default=C.REWARD_TERMS)
 
     def reset(self, key):
-        obs, state = HackMatrix().reset_env(key)
+        obs, state = HackMatrix().reset_env(key, EnvParams())
+        return state, obs
+
+    def start(self, key, params):
+        obs, state = HackMatrix().reset_env(key, params)
         return state, obs
 
     def step(self, state, action, key):
@@ -167,8 +183,8 @@ class HackMatrixEnv(_HackMatrixShaped):
     def observe(self, state):
         return HackMatrix().game_observation(state)
 
-    def reset_where(self, done, state, obs, key):
-        obs, state = HackMatrix().reset_env_where(done, key, state, obs)
+    def reset_where(self, done, state, obs, key, params):
+        obs, state = HackMatrix().reset_env_where(done, key, state, obs, params)
         return state, obs
 
 
@@ -245,8 +261,8 @@ class Episodes(Environment):
     def observation_shape(self) -> tuple[int, ...]:
         return (self.rules.obs_size,)
 
-    def reset_env(self, key):
-        state, obs = self.rules.reset(key)
+    def reset_env(self, key, params):
+        state, obs = self.rules.start(key, params)
         return obs, state
 
     def step_env(self, key, game_state, action):
@@ -260,8 +276,8 @@ class Episodes(Environment):
     def game_observation(self, game_state):
         return self.rules.observe(game_state)
 
-    def reset_env_where(self, done, key, game_state, obs):
-        state, obs = self.rules.reset_where(done, game_state, obs, key)
+    def reset_env_where(self, done, key, game_state, obs, params):
+        state, obs = self.rules.reset_where(done, game_state, obs, key, params)
         return obs, state
 
 
@@ -321,11 +337,27 @@ def vector_unstarted(env: AbstractEnv, n: int) -> VecEnvState:
                        episode_length=jnp.full((n,), -1, jnp.int32))
 
 
-def vector_start(env: AbstractEnv, envs: VecEnvState, keys: Key[Array, " n"]) -> VecEnvState:
+def _per_slot(n: int, curriculum_share, curriculum_max_stage):
+    """The curriculum settings as one value per slot ([n] each); `vector_start` and
+    `vector_step` build each slot's `EnvParams` inside their `vmap`."""
+    return (jnp.broadcast_to(jnp.asarray(curriculum_share, jnp.float32), (n,)),
+            jnp.broadcast_to(jnp.asarray(curriculum_max_stage, jnp.int32), (n,)))
+
+
+def vector_start(env: AbstractEnv, envs: VecEnvState, keys: Key[Array, " n"],
+                 curriculum_share: Float[Array, " n"] | float = 0.0,
+                 curriculum_max_stage: Int32[Array, " n"] | int = C.NUM_STAGES) -> VecEnvState:
     """Give every slot that holds no game yet a new game from its key (by the env's
-    `reset_where`, the auto-reset's own path: no second program to compile)."""
+    `reset_where`, the auto-reset's own path: no second program to compile), started as
+    the slot's curriculum settings ask (one value per slot, or one for all)."""
     new = envs.episode_length < 0
-    state, obs = jax.vmap(env.reset_where)(new, envs.state, envs.obs, keys)
+    slots = _per_slot(new.shape[0], curriculum_share, curriculum_max_stage)
+
+    def start(done, state, obs, key, share, max_stage):
+        params = EnvParams(curriculum_share=share, curriculum_max_stage=max_stage)
+        return env.reset_where(done, state, obs, key, params)
+
+    state, obs = jax.vmap(start)(new, envs.state, envs.obs, keys, *slots)
     mask = jnp.where(new[:, None], jax.vmap(env.legal_actions)(state), envs.mask)
     return VecEnvState(state=state, obs=obs, mask=mask, episode_return=envs.episode_return,
                        episode_length=jnp.maximum(envs.episode_length, 0))
@@ -337,20 +369,25 @@ def vector_step(
     actions: Int32[Array, " n"],
     keys: Key[Array, " n"],
     max_episode_steps: int,
+    curriculum_share: Float[Array, " n"] | float = 0.0,
+    curriculum_max_stage: Int32[Array, " n"] | int = C.NUM_STAGES,
 ) -> tuple[VecEnvState, StepOutput]:
     """Step every game with `hm.env`'s `step` (`Episodes(env)`): episodes are cut at
-    `max_episode_steps`, and finished slots continue with a new game from their key."""
-    params = EnvParams(max_episode_steps=max_episode_steps)
+    `max_episode_steps`, and finished slots continue with a new game from their key,
+    started as the slot's curriculum settings ask (one value per slot, or one for all)."""
+    slots = _per_slot(actions.shape[0], curriculum_share, curriculum_max_stage)
 
-    def step(key, game_state, episode_return, episode_length, action):
+    def step(key, game_state, episode_return, episode_length, action, share, max_stage):
         state = EnvState(game=game_state, episode_return=episode_return,
                          episode_length=episode_length)
+        params = EnvParams(max_episode_steps=max_episode_steps, curriculum_share=share,
+                           curriculum_max_stage=max_stage)
         obs, state, reward, _, info = Episodes(env).step(key, state, action, params)
         env_info = EnvInfo(reward_terms=info["reward_terms"], stage=info["stage"], won=info["won"])
         return obs, state, reward, info, env_info
 
     obs, state, reward, info, env_info = jax.vmap(step)(
-        keys, envs.state, envs.episode_return, envs.episode_length, actions)
+        keys, envs.state, envs.episode_return, envs.episode_length, actions, *slots)
     new = VecEnvState(state=state.game, obs=obs, mask=info["action_mask"],
                       episode_return=state.episode_return, episode_length=state.episode_length)
     out = StepOutput(final_obs=info["final_observation"], reward=reward,

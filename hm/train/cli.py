@@ -45,6 +45,8 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     precision: Literal["auto", "f32", "bf16"] = _CONFIG.precision  # Compute precision; auto: bf16 on TPU/GPU, f32 on CPU.
     seed: int = _CONFIG.seed  # Random seed in [0, 2^32 - 1].
     max_episode_steps: int = _CONFIG.max_episode_steps  # Truncate (and bootstrap) episodes at this length (>= 1).
+    curriculum: float = _CONFIG.curriculum  # Share of new training episodes that start at a later stage (0..1; 0: none; docs/learning.md).
+    curriculum_max_stage: int = _CONFIG.curriculum_max_stage  # Curriculum starts are uniform over stages 2..K (K in 2..8).
     updates_per_call: int | None = _CONFIG.updates_per_call  # PPO updates fused into one compiled call (>= 1); default: auto.
     devices: int | None = _CONFIG.devices  # Use only the first N devices (1..available); default: all.
     num_seeds: int = _CONFIG.num_seeds  # Train a population of N members with seeds SEED, SEED+1, ... in one program (1..1024).

@@ -22,6 +22,11 @@ For a larger batch, `scale = batch / 32768`:
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
 
+Curriculum. `curriculum` is the share of new training episodes that start at a later
+stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who got there
+might hold (docs/learning.md#curriculum); 0 trains on ordinary games only. Evaluation
+always plays ordinary games from stage 1.
+
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
 `seed, seed + 1, ...`. Only the hyper-parameters in `SWEEPABLE` can be swept: they are
@@ -50,7 +55,12 @@ TARGET_STEPS_PER_CALL = 1 << 18
 MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
-SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm")
+SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
+             "curriculum", "curriculum_max_stage")
+# The sweepable settings that are integers (a sweep value must be a whole number).
+INTEGER_SWEEPABLE = ("curriculum_max_stage",)
+# Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
+NUM_STAGES = 8
 # Members of one population, at most (each holds its own envs, parameters and optimizer).
 MAX_MEMBERS = 1024
 
@@ -92,6 +102,9 @@ class TrainConfig:
     precision: str = "auto"
     seed: int = 0
     max_episode_steps: int = 1000
+    # docs/learning.md#curriculum: share of new episodes that start at a later stage
+    curriculum: float = 0.0
+    curriculum_max_stage: int = NUM_STAGES
     updates_per_call: int | None = None
     devices: int | None = None
     num_seeds: int = 1
@@ -162,7 +175,7 @@ class Member:
     index: int
     name: str
     seed: int
-    hyper: dict[str, float]   # every field of SWEEPABLE, swept or not
+    hyper: dict[str, float]   # every field of SWEEPABLE, swept or not (integers as floats)
 
 
 def members(config: "ResolvedConfig") -> list[Member]:
@@ -259,7 +272,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
         updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto),
     )
-    for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm"):
+    for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "curriculum"):
         fields[name] = float(fields[name])
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     return ResolvedConfig(**fields)
@@ -355,6 +368,8 @@ def validate(config: TrainConfig, num_devices: int) -> None:
             "--precision", f"--precision must be one of {', '.join(PRECISIONS)}; got {config.precision!r}")
     _check_int(config, "seed", 0, MAX_SEED)
     _check_int(config, "max_episode_steps", 1)
+    _check_float(config, "curriculum", 0.0, 1.0)
+    _check_int(config, "curriculum_max_stage", 2, NUM_STAGES)
     _check_int(config, "updates_per_call", 1, optional=True)
     k = config.updates_per_call
     if k is None:
@@ -397,6 +412,12 @@ def _check_sweep(config: TrainConfig, num_devices: int) -> None:
         if not values:
             raise ConfigError("--sweep", f"--sweep {key}= has no values; give {key}=V1,V2,...")
         for value in values:
+            if name in INTEGER_SWEEPABLE and _is_number(value):
+                # the command line reads every sweep value as a float
+                if not float(value).is_integer():
+                    raise ConfigError("--sweep", f"--sweep {key}={value!r}: {flag(name)} takes whole "
+                                                 "numbers")
+                value = int(value)
             try:
                 validate_value(config, name, value, num_devices)
             except ConfigError as error:

@@ -21,8 +21,8 @@ device count for the same global batch.
 Populations. A run trains P members (P = 1 for a single run; `--num-seeds`, `--sweep`):
 every per-member leaf of the state leads with a member axis, and the members'
 hyper-parameters (`Hyper`: lr, entropy and value coefficients, clip range, gamma, GAE
-lambda, gradient clip) are an argument of the program, traced values, so members
-can differ in them and share one compiled program. The rollout steps all members' env
+lambda, gradient clip, and the curriculum's share and highest stage) are an argument of
+the program, traced values, so members can differ in them and share one compiled program. The rollout steps all members' env
 slots as one flat batch; networks and gradient steps are `vmap`ped over members.
 Member i of a population computes what the single run with its seed computes.
 
@@ -92,6 +92,7 @@ class TrainState(eqx.Module):
 
 # Traced in the program; numpy on the host before `place_hyper` puts them on the mesh.
 HyperValue = Float[Array | np.ndarray, "*P"]
+IntHyperValue = Int32[Array | np.ndarray, "*P"]
 
 
 class Hyper(eqx.Module):
@@ -109,12 +110,18 @@ class Hyper(eqx.Module):
     gamma: HyperValue
     gae_lambda: HyperValue
     max_grad_norm: HyperValue
+    curriculum: HyperValue                 # share of new episodes that are curriculum starts
+    curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
 
 
 def make_hyper(resolved: ResolvedConfig) -> Hyper:
     """The members' hyper-parameters, in member order (`config.members`), on the host."""
     members = config_lib.members(resolved)
-    return Hyper(**{name: np.array([m.hyper[name] for m in members], np.float32)
+
+    def dtype(name):
+        return np.int32 if name in config_lib.INTEGER_SWEEPABLE else np.float32
+
+    return Hyper(**{name: np.array([m.hyper[name] for m in members], dtype(name))
                     for name in config_lib.SWEEPABLE})
 
 
@@ -309,14 +316,18 @@ class Learner(eqx.Module):
         return lax.switch(branch, (none, few, every))
 
     def rollout(
-        self, params: Network, envs: VecEnvState, keys: Key[Array, " P"]
+        self, params: Network, envs: VecEnvState, keys: Key[Array, " P"], hyper: Hyper
     ) -> tuple[VecEnvState, Trajectory, StepStats]:
-        """`num_steps` steps of every env slot of every member under its policy."""
+        """`num_steps` steps of every env slot of every member under its policy; new
+        episodes start as the member's curriculum settings (`hyper`) ask."""
         members = self.members
         split = jax.vmap(jax.random.split)(keys)
         start_keys, steps_keys = split[:, 0], split[:, 1]
-        envs = _unflat(vector_start(self.env, _flat(envs), _flat(self._per_env_keys(start_keys))),
-                       members)
+        # Each member's curriculum settings, one per env slot of the flat batch.
+        curriculum = (jnp.repeat(hyper.curriculum, self.local_envs),
+                      jnp.repeat(hyper.curriculum_max_stage, self.local_envs))
+        envs = _unflat(vector_start(self.env, _flat(envs), _flat(self._per_env_keys(start_keys)),
+                                    *curriculum), members)
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
 
@@ -329,7 +340,7 @@ class Learner(eqx.Module):
             log_prob = distributions.log_prob(logits, envs.mask, action)
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
                                         _flat(self._per_env_keys(env_keys)),
-                                        self.config.max_episode_steps)
+                                        self.config.max_episode_steps, *curriculum)
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             transition = Trajectory(
@@ -434,7 +445,7 @@ class Learner(eqx.Module):
         config = self.config
         split = jax.vmap(lambda data: jax.random.split(_key(data), 3))(state.key)
         next_keys, rollout_keys, epochs_keys = split[:, 0], split[:, 1], split[:, 2]
-        envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_keys)
+        envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_keys, hyper)
         _, last_value = self._evaluate(state.params, envs.obs)
 
         def learn(params, opt_state, trajectory, last_value, key, hyper):

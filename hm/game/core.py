@@ -47,7 +47,8 @@ def restart(done: Bool[Array, ""], state: GameState, fresh: GameState) -> GameSt
 
 
 def _fresh_game(current: tuple[GameState, Float32[Array, " obs"]], active: Bool[Array, ""],
-                key: Key[Array, ""], stage: Int32[Array, ""]) -> tuple[GameState, Float32[Array, " obs"]]:
+                key: Key[Array, ""], stage: Int32[Array, ""] | int = 1
+                ) -> tuple[GameState, Float32[Array, " obs"]]:
     state, _ = current
     fresh = generation.curriculum_game(key, stage, active)   # new_game at stage 1
     # A new game's UNDO stack is empty, so it may keep `state`'s snapshots (see `restart`):

@@ -54,6 +54,23 @@ def test_the_auto_reset_at_stage_one_makes_new_games():
         np.testing.assert_array_equal(after_obs.flat()[i], game.observe(expect).flat())
 
 
+def test_the_batched_auto_reset_at_given_stages_is_each_game_alone():
+    """`vmap(reset_where)` with a start stage per game (its `where_selected` rule with the
+    stage argument) equals `reset_where` on each game alone."""
+    n = 8
+    state, obs = jax.vmap(game.reset)(keys(n, seed=2))
+    done = jnp.array([True, False, True, True, False, True, False, True])
+    stage = jnp.array([1, 8, 2, 5, 3, 8, 1, 3], jnp.int32)
+    after, after_obs = jax.jit(jax.vmap(game.reset_where))(done, state, obs, keys(n, seed=4), stage)
+    alone = jax.jit(game.reset_where)
+    for i in range(n):
+        one = lambda tree: jax.tree.map(lambda x: x[i], tree)  # noqa: B023, E731
+        single, single_obs = alone(done[i], one(state), one(obs), keys(n, seed=4)[i], stage[i])
+        assert scenario.states_equal(one(after), single, ignore_history=False)
+        np.testing.assert_array_equal(after_obs.values[i], single_obs.values)
+        assert int(single.stage) == (int(stage[i]) if done[i] else 1)
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_start_at_stage_k_is_a_valid_game_at_stage_k(stage):
     s = jax.device_get(starts_at(keys(), stage))

@@ -128,8 +128,11 @@ def main(args: Args) -> list[dict[str, Any]]:
         single = singles.get((r["settings"]["env"], r["settings"].get("network")))
         if r["num_seeds"] != 1 and single is not None:
             ratio = result["metrics"]["steps_per_s"] / single["metrics"]["steps_per_s"]
+            # The same ratio per CPU second this process used, which other processes on
+            # the cores do not inflate.
+            cpu_ratio = result["metrics"]["steps_per_cpu_s"] / single["metrics"]["steps_per_cpu_s"]
             print(f"{r['settings']['env']}: population of {r['num_seeds']} / single run, steps/s summed "
-                  f"over members: {ratio:.1%} (timed calls interleaved)")
+                  f"over members: {ratio:.1%}; per CPU second: {cpu_ratio:.1%} (timed calls interleaved)")
     if args.env == "both" and len(args.network) == 1 and len(args.num_seeds) == 1:
         ratio = results[0]["metrics"]["steps_per_s"] / results[1]["metrics"]["steps_per_s"]
         print(f"game / null throughput: {ratio:.1%} (timed calls interleaved)")

@@ -30,12 +30,19 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Wall-clock seconds of one benchmark, and the process's peak memory."""
+    """Wall-clock seconds of one benchmark, and the process's peak memory.
+
+    `median_cpu_s` is the CPU time the process used during one call (all its threads):
+    on a machine shared with other work it counts only what this program computed,
+    while wall-clock time also counts the time other processes held the cores. Ratios of
+    CPU time per step compare two programs' cost when the machine is not quiet.
+    """
 
     compile_s: float  # trace + lower + XLA compile
     first_call_s: float  # first execution; pays one-off allocation, so not in the median
     median_s: float  # median over the repeats of one call
     peak_rss_mb: float  # peak resident set of the whole process so far, compile included
+    median_cpu_s: float | None = None  # median CPU seconds of one call (all threads)
 
 
 def time_calls(fn: Any, carry: Carry, repeats: int) -> tuple[Timing, Carry]:
@@ -60,7 +67,8 @@ def time_calls_interleaved(fns: list[Any], carries: list[Any], repeats: int
     ratios hold. Each is compiled, then called once untimed, before the first round."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    compiled, compile_s, first_call_s, seconds = [], [], [], [[] for _ in fns]
+    compiled, compile_s, first_call_s = [], [], []
+    seconds, cpu_seconds = [[] for _ in fns], [[] for _ in fns]
     carries = list(carries)
     for i, fn in enumerate(fns):
         start = time.perf_counter()
@@ -71,11 +79,13 @@ def time_calls_interleaved(fns: list[Any], carries: list[Any], repeats: int
         first_call_s.append(time.perf_counter() - start)
     for _ in range(repeats):
         for i in range(len(fns)):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             carries[i] = jax.block_until_ready(compiled[i](carries[i]))
             seconds[i].append(time.perf_counter() - start)
+            cpu_seconds[i].append(time.process_time() - cpu_start)
     rss = peak_rss_mb()
-    return [(Timing(compile_s[i], first_call_s[i], statistics.median(seconds[i]), rss), carries[i])
+    return [(Timing(compile_s[i], first_call_s[i], statistics.median(seconds[i]), rss,
+                    statistics.median(cpu_seconds[i])), carries[i])
             for i in range(len(fns))]
 
 
@@ -139,11 +149,14 @@ def record(
         "steps_per_s": steps / timing.median_s,
         **dataclasses.asdict(timing),
     }
+    if timing.median_cpu_s is not None:
+        metrics["steps_per_cpu_s"] = steps / timing.median_cpu_s
     settings = " ".join(f"{key}={value}" for key, value in config.items())
+    cpu = "" if timing.median_cpu_s is None else f" (CPU {timing.median_cpu_s:.3f} s)"
     print(
         f"{name} [{settings}] on {jax.default_backend()}: "
         f"{metrics['steps_per_s']:,.0f} steps/s, compile {timing.compile_s:.1f} s, "
-        f"first call {timing.first_call_s:.2f} s, median call {timing.median_s:.3f} s, "
+        f"first call {timing.first_call_s:.2f} s, median call {timing.median_s:.3f} s{cpu}, "
         f"peak RSS {timing.peak_rss_mb:,.0f} MiB"
     )
     return record_line(name, config, metrics, out)

@@ -40,6 +40,17 @@ def test_record_appends_one_json_line_per_result(tmp_path, capsys):
     assert "4,000 steps/s" in capsys.readouterr().out
 
 
+def test_time_calls_reports_cpu_time_per_call(capsys):
+    """CPU seconds of a call count this process's work: a call that computes reports some,
+    and steps per CPU second is derived from it."""
+    x = jnp.ones((256, 256))
+    timing, _ = common.time_calls(jax.jit(lambda c: jnp.tanh(c @ x)), jnp.ones((256, 256)), repeats=2)
+    assert timing.median_cpu_s is not None and timing.median_cpu_s > 0
+    result = common.record("env", {"num_envs": 8}, timing, steps=1000, out=None)
+    assert result["metrics"]["steps_per_cpu_s"] == pytest.approx(1000 / timing.median_cpu_s)
+    assert "(CPU " in capsys.readouterr().out
+
+
 def test_request_devices_is_a_no_op_when_enough_exist(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     common.request_devices(4)

@@ -8,6 +8,7 @@ own share, and new values reuse the compiled program.
 """
 
 import dataclasses
+import io
 
 import equinox as eqx
 import jax
@@ -17,13 +18,17 @@ import pytest
 from compiles import compilations
 
 from hm.game import constants as C
-from hm.train import HackMatrixEnv, TrainConfig, init, make_mesh, make_train_fn, resolve
+from hm.game import generation
+from hm.tools import evaluate
+from hm.train import HackMatrixEnv, NullEnv, TrainConfig, init, make_mesh, make_train_fn, resolve, to_host
 from hm.train import config as config_lib
 from hm.train import envs as envs_lib
 from hm.train.cli import main as train_main
 from hm.train.cli import parse_sweep
 from hm.train.config import ConfigError, members, validate
 from hm.train.learner import make_hyper, place_hyper
+from hm.train.run import RunOptions, Trainer
+from tests.train.conftest import TINY
 
 # --- configuration -----------------------------------------------------------------------
 
@@ -162,3 +167,37 @@ def test_a_population_trains_each_member_on_its_own_share():
     assert np.all(np.isfinite(np.asarray(metrics["loss/total"])))
     assert np.all(np.asarray(state.envs.state.stage)[0] >= 2)
     assert not np.array_equal(np.asarray(jax.tree.leaves(state.params)[0]), before), "it trains"
+
+
+def test_a_resumed_run_keeps_its_curriculum(compile_cache, tmp_path):
+    """The checkpoint's config holds the settings: a resume without the flags continues
+    with them (and hands them to the program), a flag given again overrides them."""
+    def trainer(config, explicit=None, **options):
+        options = RunOptions(runs_dir=tmp_path / "runs", compile_cache=compile_cache, **options)
+        return Trainer(config, options, env=NullEnv(), explicit=explicit, console=io.StringIO())
+
+    first = trainer(dataclasses.replace(TINY, curriculum=0.3, curriculum_max_stage=4), run_name="source")
+    first.call()
+    first.save()
+    first.close()
+    source = tmp_path / "runs" / "source"
+    resumed = trainer(TrainConfig(), explicit=frozenset(), resume=source)
+    assert (resumed.resolved.curriculum, resumed.resolved.curriculum_max_stage) == (0.3, 4)
+    np.testing.assert_array_equal(to_host(resumed.hyper.curriculum), np.float32([0.3]))
+    np.testing.assert_array_equal(to_host(resumed.hyper.curriculum_max_stage), np.int32([4]))
+    resumed.close()
+    again = trainer(dataclasses.replace(TrainConfig(), curriculum=0.6), explicit=frozenset({"curriculum"}),
+                    resume=source)
+    assert (again.resolved.curriculum, again.resolved.curriculum_max_stage) == (0.6, 4)
+    again.close()
+
+
+def test_evaluation_plays_ordinary_games_from_stage_one():
+    """`bin/evaluate` and the learning benchmark start their games with `evaluate.start`,
+    which takes no curriculum: ordinary new games, whatever a run trained with."""
+    ks = jax.random.split(jax.random.key(6), 8)
+    episodes = jax.jit(jax.vmap(evaluate.start))(ks)
+    fresh = jax.vmap(generation.new_game)(ks)
+    assert np.all(episodes.state.stage == 1)
+    for a, b in zip(jax.tree.leaves(episodes.state), jax.tree.leaves(fresh), strict=True):
+        np.testing.assert_array_equal(a, b)

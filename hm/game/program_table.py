@@ -133,10 +133,12 @@ def clear_cells(g: GameState, enemy_cells: Bitboard, transmission_cells: Bitboar
     of its entities in list order did not come from a scheduled task."""
     e, t = g.enemies, g.transmissions
     e_cell, t_cell = _cells(e), _cells(t)
-    e_alive = e.alive & ~_holds(enemy_cells, e_cell)
-    t_alive = t.alive & ~_holds(transmission_cells, t_cell)
-    kills = (bitboard.count(_cells_first_free(e_cell, e.alive, e.from_task) & enemy_cells)
-             + bitboard.count(_cells_first_free(t_cell, t.alive, t.from_task) & transmission_cells))
+    e_gone = e.alive & _holds(enemy_cells, e_cell)
+    t_gone = t.alive & _holds(transmission_cells, t_cell)
+    # One kill per cleared cell: its first entity, if that one is not from a task.
+    kills = (jnp.sum(_first_on_cell(e_cell, e.alive) & e_gone & ~e.from_task, axis=1, dtype=jnp.int32)
+             + jnp.sum(_first_on_cell(t_cell, t.alive) & t_gone & ~t.from_task, axis=1, dtype=jnp.int32))
+    e_alive, t_alive = e.alive & ~e_gone, t.alive & ~t_gone
     game = eqx.tree_at(lambda s: (s.enemies.alive, s.enemies.hp, s.transmissions.alive), g,
                        (e_alive, jnp.where(e_alive, e.hp, jnp.int8(0)), t_alive))
     return Result(game, kills)
@@ -476,11 +478,11 @@ SPAWN_COUNT = np.array([p.spawn for p in PROGRAMS], dtype=np.int8)
 
 # --------------------------------------------------------------------------- how the shared terms are computed
 #
-# "The first entity of each cell in list order" (PUSH/PULL collisions, the kills of
-# "clear a cell") is a sequential pass over the slots that carries the bitboard of the
-# cells seen so far: each step is elementwise over the rows, so XLA fuses the pass into
-# one loop, where a `[36, 36]` compare per game or a reduction over slots would be scalar
-# code (docs/performance.md §5).
+# "The first entity of each cell in list order" for PUSH/PULL collisions, which run for
+# every game of a batch, is a sequential pass over the slots that carries the bitboard of
+# the cells seen so far: each step is elementwise over the rows, so XLA fuses the pass
+# into one loop, where a `[36, 36]` compare per game or a reduction over slots would be
+# scalar code (docs/performance.md §5).
 
 # Slots the first-of-cell pass always visits (the rest only when some list is longer),
 # and the bits of the first of its two words (`_slot_bit`).
@@ -543,16 +545,10 @@ def _first_of_cell(cells: Callable[..., Int[Array, "R N"]], args: tuple, alive: 
     return low, high
 
 
-def _cells_first_free(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"],
-                      from_task: Bool[Array, "R N"]) -> Bitboard:
-    """The cells whose first live entity (list order) is not from a scheduled task: where
-    "clear a cell" scores its kill (§9)."""
-    rows = cell.shape[0]
-    seen_lo = seen_hi = free_lo = free_hi = jnp.zeros(rows, _U32)
-    for i in range(cell.shape[1]):
-        lo, hi = bitboard.of_cell(jnp.where(alive[:, i], cell[:, i], -1))
-        keep = jnp.where(from_task[:, i], _U32(0), ~_U32(0))
-        free_lo = free_lo | (lo & ~seen_lo & keep)
-        free_hi = free_hi | (hi & ~seen_hi & keep)
-        seen_lo, seen_hi = seen_lo | lo, seen_hi | hi
-    return Bitboard(free_lo, free_hi)
+def _first_on_cell(cell: Int32[Array, "R N"], alive: Bool[Array, "R N"]) -> Bool[Array, "R N"]:
+    """Whether each live entry is the first, in list order, of the live entries on its
+    cell. Clearing cells runs only on gathered rows (`programs.SPARSE_ROWS`), where one
+    `[R, N, N]` compare is cheap."""
+    earlier = jnp.asarray(np.tri(cell.shape[1], k=-1, dtype=bool))     # [i, j]: j < i
+    shared = (cell[:, :, None] == cell[:, None, :]) & alive[:, None, :] & earlier[None]
+    return alive & ~jnp.any(shared, axis=2)

@@ -4,7 +4,8 @@ One call of the learner's fused program (`hm.train.make_train_fn`) runs
 `updates_per_call` whole PPO updates (rollout, GAE, epochs of minibatch steps); its
 env steps per second is the trainer's speed. The same learner on `NullEnv`, a
 do-nothing environment of the game's shapes, is the ceiling the learner itself allows;
-the ratio game/null says how much of the time the game costs (issue 3 asks >= 85%).
+the ratio game/null says what share of the learner's speed is left with the game's cost
+added (100 %: the game costs nothing).
 
     python -m bench.bench_train                      # 2048 envs, auto-scaled, game and null
     python -m bench.bench_train --env game --repeats 2 --out bench/results/train.jsonl

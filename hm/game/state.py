@@ -185,8 +185,8 @@ def besides_snapshots(merge, a: GameState, b: GameState, *args) -> GameState:
     `b`'s either way: under `vmap` a select over the stacks (most of a state's bytes)
     would copy them whole.
     """
-    stacks = lambda s: (s.history.small, s.history.wide)  # noqa: E731
-    without = lambda s: eqx.tree_at(stacks, s, (None, None))  # noqa: E731
+    stacks = lambda s: (s.history.small, s.history.wide)
+    without = lambda s: eqx.tree_at(stacks, s, (None, None))
     return eqx.tree_at(stacks, merge(without(a), without(b), *args), stacks(b),
                        is_leaf=lambda x: x is None)
 

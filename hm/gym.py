@@ -9,7 +9,7 @@ Both are thin host-side shells around `hm.env` (the functional JAX environment):
 rules, the truncation and the auto-reset live there once, and these classes only move
 arrays between numpy and JAX and follow Gymnasium's conventions.
 
-* The action space is `Discrete(28)` (GAME_RULES.md §3). An illegal action follows the
+* The action space is `Discrete(28)` (docs/rules.md §3). An illegal action follows the
   game's rule (§5): reward 0, the episode ends (`terminated`), and `info["illegal"]` says so.
   An action outside 0..27 is not a move at all and raises `ValueError`.
 * The observation (§15) is the flat float32[1545] vector (`observation_mode="flat"`, the
@@ -46,7 +46,7 @@ from hm.game import GameState
 from hm.game import constants as C
 
 ENV_ID = "hm/HackMatrix-v0"
-MAX_EPISODE_STEPS = 1000          # the registered cap (GAME_RULES.md §13: a wrapper's choice)
+MAX_EPISODE_STEPS = 1000          # the registered cap (docs/rules.md §13: a wrapper's choice)
 OBSERVATION_MODES = ("flat", "dict")
 RENDER_MODES = ("ansi", "rgb_array")
 RENDER_FPS = 4

@@ -43,7 +43,7 @@ PROGRAM_NAMES = (
 NUM_PROGRAMS = len(PROGRAM_NAMES)
 (PUSH, PULL, CRASH, WARP, POLY, WAIT, DEBUG, ROW, COL, UNDO, STEP, SIPH_PLUS, EXCH,
  SHOW, RESET, CALM, D_BOM, DELAY, ANTI_V, SCORE, REDUC, ATK_PLUS, HACK) = range(NUM_PROGRAMS)
-# SCENARIO.md: program blocks named in a scenario without spawnCount spawn 2.
+# docs/scenarios.md: program blocks named in a scenario without spawnCount spawn 2.
 SCENARIO_PROGRAM_SPAWN_DEFAULT = 2
 SCENARIO_DATA_POINTS_DEFAULT = 5
 

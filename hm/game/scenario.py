@@ -1,4 +1,4 @@
-"""Scenario I/O: JSON-able dicts to and from `GameState` (SCENARIO.md).
+"""Scenario I/O: JSON-able dicts to and from `GameState` (the format: docs/scenarios.md).
 
 A scenario is the human-writable form of one unbatched state, in the rules' own terms
 (docs/rules.md#state); a key left out takes its value from the bare fixture
@@ -26,7 +26,7 @@ import numpy as np
 from hm.game import constants as C
 from hm.game.state import Board, GameState, Player, bare_state
 
-# SCENARIO.md: program names are case-insensitive; these aliases name the same programs.
+# docs/scenarios.md: program names are case-insensitive; these aliases name the same programs.
 _PROGRAM_ALIASES = {
     "siphplus": C.SIPH_PLUS, "siph_plus": C.SIPH_PLUS,
     "dbom": C.D_BOM, "d_bomb": C.D_BOM,
@@ -407,11 +407,11 @@ def _entity_arrays(template, entries: list[dict]):
 
 
 def from_dict(d: Any) -> GameState:
-    """Build a state from a scenario dict (SCENARIO.md).
+    """Build a state from a scenario dict (docs/scenarios.md).
 
     Args:
         d: the scenario dict, e.g. from `json.load`. Only `player.row` and `player.col`
-            are required; `null` counts as missing; see SCENARIO.md for keys and
+            are required; `null` counts as missing; see docs/scenarios.md for keys and
             defaults. Typed `Any` because anything else is rejected with `ValueError`
             too, not with a type-checker's `TypeError`.
 
@@ -509,7 +509,7 @@ def _resource_dicts(b: Board, cell: int) -> list[dict]:
 
 
 def to_dict(state: GameState) -> dict:
-    """Write every scenario key of an unbatched state (SCENARIO.md).
+    """Write every scenario key of an unbatched state (docs/scenarios.md).
 
     Enemies and transmissions come in list order; blocks, resources, `siphonedCells`
     and `siphonCenters` are sorted by cell. A pickup cell that also holds a resource is

@@ -52,7 +52,7 @@ and one agent's report (rates are shares of episodes in [0, 1], std with ddof 0)
     reward_terms_mean      {term: mean per episode} in hm.game.constants.REWARD_TERMS order
     steps                  env steps played; seconds: wall time, compilation included
 
-Cause of death. Only an enemy's attack takes the player's HP (GAME_RULES §10), and an
+Cause of death. Only an enemy's attack takes the player's HP (docs/rules.md §10), and an
 enemy that attacks does not move in that phase, so the killer is one of the enemies next
 to the player after the fatal step, less those that hatched in that phase (born disabled).
 When those suspects are all of one type the death is put down to that type; when they

@@ -2,7 +2,7 @@
 
 The session reads standard input line by line, so it works the same typed or piped
 (`printf 'w\\nd\\nq\\n' | bin/play --seed 3`), which is how it is tested. Every step shows
-the reward with its nonzero terms (GAME_RULES.md §14.1) and the new board. Input that
+the reward with its nonzero terms (docs/rules.md §14.1) and the new board. Input that
 names an illegal action is refused with the reason and asks again, without stepping:
 an illegal action ends the game (§5), which a typo should not do (`--allow-illegal`
 submits it anyway, to see the rule). `--html FILE` records the game as a replay page
@@ -95,7 +95,7 @@ def reward_line(reward: float, terms: dict[str, Any]) -> str:
 def outcome(info: dict[str, Any], state: game.GameState) -> str:
     """Why an episode ended, in words."""
     if bool(info["illegal"]):
-        return "illegal action: the game ends (GAME_RULES.md §5)"
+        return "illegal action: the game ends (docs/rules.md §5)"
     if bool(info["won"]):
         return "won: all stages completed"
     if bool(info["died"]):
@@ -173,7 +173,7 @@ def parse_command(line: str, owned: np.ndarray) -> PlayerInput:
 
 
 def why_illegal(state: game.GameState, action: int) -> str:
-    """A short reason a legal-action mask refuses `action` (GAME_RULES.md §5)."""
+    """A short reason a legal-action mask refuses `action` (docs/rules.md §5)."""
     p = jax.device_get(state.player)
     if action < C.ACTION_SIPHON:
         row, col = np.asarray([int(p.row), int(p.col)]) + C.DIRECTION_DELTAS[action]
@@ -190,7 +190,7 @@ def why_illegal(state: game.GameState, action: int) -> str:
     if int(p.credits) < credits or int(p.energy) < energy:
         return (f"{name} costs {credits} credits and {energy} energy; you have "
                 f"{int(p.credits)} and {int(p.energy)}")
-    return f"{name}'s condition does not hold now (GAME_RULES.md §4)"
+    return f"{name}'s condition does not hold now (docs/rules.md §4)"
 
 
 # --- the session ------------------------------------------------------------------------
@@ -201,9 +201,9 @@ class PlayArgs(Command):
     Reads standard input, so a script can be piped in. Exit codes: 0 done, 2 bad input."""
 
     seed: int | None = None  # Random seed in [0, 2^32 - 1] for the stage layout and the game's randomness; default: a fresh one (printed).
-    scenario: Path | None = None  # Start from this scenario JSON file (SCENARIO.md) instead of a new game.
+    scenario: Path | None = None  # Start from this scenario JSON file (docs/scenarios.md) instead of a new game.
     save: Path | None = None  # On quit or game over, write the final state to this file as scenario JSON.
-    allow_illegal: bool = False  # Submit illegal actions (the game then ends, GAME_RULES.md §5) instead of asking again.
+    allow_illegal: bool = False  # Submit illegal actions (the game then ends, docs/rules.md §5) instead of asking again.
     html: Path | None = None  # When the session ends, write the game as a self-contained HTML replay (board pictures, controls).
 
     def configure(self) -> None:

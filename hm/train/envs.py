@@ -102,7 +102,7 @@ class AbstractEnv(eqx.Module):
 # --- compact observations --------------------------------------------------------------
 
 # Every value the game puts in the programs vector and the grid is k/3, k/4 or k/9
-# (GAME_RULES §15) for small k: a multiple of 1/36. The tail is stored as the uint8
+# (docs/rules.md §15) for small k: a multiple of 1/36. The tail is stored as the uint8
 # round(36 x) and decoded as `u / 36` by the same XLA division the game uses, which
 # reproduces the game's float32 values bit for bit over their range (k/3 for k <= 3,
 # k/4, k/9 for k <= 9; tested on real observations). XLA on CPU turns division by a

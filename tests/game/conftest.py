@@ -1,10 +1,10 @@
 """Shared fixtures for the game tests.
 
 Every jitted engine function is compiled once per session: all states have the same
-shapes, so the 54 observable checks (GAME_RULES.md §19) reuse one compiled `step`,
+shapes, so the 54 observable checks (docs/rules.md §19) reuse one compiled `step`,
 one `legal_actions` and one `observe`.
 
-Scenarios are SCENARIO.md dicts. The `scenario` fixture (`build_scenario` here),
+Scenarios are docs/scenarios.md dicts. The `scenario` fixture (`build_scenario` here),
 called as `scenario(r, c, **extra)`, builds the bare fixture F(r, c) of §19 with
 every key spelled out, then applies `extra`: player fields (`hp`, `credits`,
 `energy`, `dataSiphons`, `attackDamage`, `score`) go into `"player"`, everything
@@ -51,7 +51,7 @@ _PROGRAM_ALIASES = {
 # --------------------------------------------------------------------------- builders
 
 def fixture_dict(r, c):
-    """The bare fixture F(r, c) of GAME_RULES.md §19, every key explicit."""
+    """The bare fixture F(r, c) of docs/rules.md §19, every key explicit."""
     return {
         "player": {"row": r, "col": c, "hp": 3, "credits": 0, "energy": 0,
                    "dataSiphons": 0, "attackDamage": 1, "score": 0},
@@ -310,5 +310,5 @@ def hmx():
 
 @pytest.fixture(scope="session")
 def scenario():
-    """scenario(r, c, **extra) -> SCENARIO.md dict of F(r, c) plus `extra`."""
+    """scenario(r, c, **extra) -> docs/scenarios.md dict of F(r, c) plus `extra`."""
     return build_scenario

@@ -1,4 +1,4 @@
-"""Stage generation (GAME_RULES.md §11, §12, §16, §19.14–15) over thousands of stages.
+"""Stage generation (docs/rules.md §11, §12, §16; checks 14–15 of §19) over thousands of stages.
 
 Each generator is compiled once per shape and vmapped over `N` keys; the checks run in
 numpy on the host. The layout rules are re-implemented here independently (a plain

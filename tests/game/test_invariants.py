@@ -125,7 +125,7 @@ def test_scenario_round_trip_and_observation(rollout):
         for j in range(0, n_games, 4):
             state = _unstack(sample, i, j)
             if state.player.hp == 0:
-                continue   # a dead player is no valid scenario (SCENARIO.md: hp 1..3)
+                continue   # a dead player is no valid scenario (docs/scenarios.md: hp 1..3)
             d = game.to_dict(state)
             again = game.from_dict(d)
             assert scenario.states_equal(again, state), d

@@ -1,4 +1,4 @@
-"""The 54 observable checks of GAME_RULES.md §19, one test each (a/b/c where a check
+"""The 54 observable checks of docs/rules.md §19, one test each (a/b/c where a check
 has independent parts).
 
 Every scenario starts from the bare fixture F(r, c) (conftest `scenario`), adds what

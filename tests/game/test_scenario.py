@@ -1,4 +1,4 @@
-"""Scenario I/O (SCENARIO.md) and the text renderer.
+"""Scenario I/O (docs/scenarios.md) and the text renderer.
 
 `from_dict` must accept every valid scenario (defaults, leniencies, aliases), reject
 every bad one with a `ValueError` naming the key, and agree with `to_dict` so that
@@ -79,7 +79,7 @@ SPEC_EXAMPLE = json.loads("""{
 
 
 def test_the_spec_example():
-    """The example of SCENARIO.md, read from JSON text."""
+    """The original protocol's example (the core keys only), read from JSON text."""
     s = jax.device_get(from_dict(SPEC_EXAMPLE))
     b = s.board
     assert (int(s.player.row), int(s.player.col)) == (3, 3)

@@ -8,7 +8,7 @@ No JAX, no numpy.
 
 Public API
 ----------
-* `from_scenario(d, history_cap=None) -> RefState`, `to_scenario(s) -> dict` (SCENARIO.md).
+* `from_scenario(d, history_cap=None) -> RefState`, `to_scenario(s) -> dict` (docs/scenarios.md).
 * `legal_actions(s) -> list[bool]` (28 entries, §5).
 * `step(s, action, rng) -> (s2, obs, reward, done, info)` (§6). `s` is never mutated.
   `rng` is a `random.Random` (or any object with `below(n)` / `weighted(ws)`, see
@@ -66,7 +66,7 @@ Places where the spec left a choice; the reading taken here:
 11. `info["won"]` is "won on this step". The engine reports the state's `won` flag after
     the step; the two differ only for a state that was already won (the differential
     harness compares the engine's flag with the model state's `won`).
-12. A dead player is written by `to_scenario` with `hp` 0, which SCENARIO.md's reader
+12. A dead player is written by `to_scenario` with `hp` 0, which the scenario reader (docs/scenarios.md)
     must reject (player hp 1..3), so `from_dict(to_dict(s)) == s` cannot hold for a
     terminal death state. `from_scenario(..., strict=False)` reads it back.
 13. Scenario-expressible states that no play reaches are not given a meaning beyond the
@@ -1198,7 +1198,7 @@ def enumerate_outcomes(s: RefState, action, budget: int = 512):
 
 
 # ---------------------------------------------------------------------------
-# Scenario I/O (SCENARIO.md)
+# Scenario I/O (docs/scenarios.md)
 # ---------------------------------------------------------------------------
 
 _TOP_KEYS = {

@@ -77,14 +77,14 @@ def engine():
 
 
 # ---------------------------------------------------------------------------
-# Random scenarios (valid per SCENARIO.md, plausible per the rules)
+# Random scenarios (valid per docs/scenarios.md, plausible per the rules)
 # ---------------------------------------------------------------------------
 
 ALL_CELLS = M.ALL_CELLS
 
 
 def random_scenario(rng: random.Random) -> dict:
-    """A random, valid scenario dict exercising every key of SCENARIO.md."""
+    """A random, valid scenario dict exercising every key of docs/scenarios.md."""
     stage = rng.randint(1, 8)
     exit_cell = rng.choice(M.CORNERS)
     non_exit = [x for x in ALL_CELLS if x != exit_cell]

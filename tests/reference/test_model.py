@@ -1,6 +1,6 @@
-"""The reference model against the 54 observable checks of GAME_RULES.md §19.
+"""The reference model against the 54 observable checks of docs/rules.md §19.
 
-Each test is named after its check number. Scenarios are written as SCENARIO.md dicts
+Each test is named after its check number. Scenarios are written as docs/scenarios.md dicts
 starting from the bare fixture F(r, c) of §19, so the scenario reader is exercised too.
 Checks involving randomness are run over several seeds and assert what the spec asserts.
 """

@@ -18,7 +18,7 @@ reset = jax.jit(game.reset)
 
 
 def frame_of(scenario: dict, **kwargs) -> np.ndarray:
-    """The picture of a scenario (SCENARIO.md); the player is at (0, 0) unless it says otherwise."""
+    """The picture of a scenario (docs/scenarios.md); the player is at (0, 0) unless it says otherwise."""
     return viz.draw_frame(game.from_dict({"exit": [5, 5], "player": {"row": 0, "col": 0}, **scenario}), **kwargs)
 
 

@@ -67,3 +67,15 @@ def test_the_page_covers_every_reward_term_and_channel():
     channels = [name for name in dir(C) if name.startswith("CH_")]
     for name in channels:
         assert f"`{name}`" in text, f"{name} is not in the grid table of docs/rules.md"
+
+
+def test_nothing_cites_the_spec_files_outside_the_repository():
+    """The rules and the scenario format are docs/rules.md and docs/scenarios.md; the
+    spec files they were written from are on no user's machine."""
+    sources = [REPO / "README.md", *REPO.glob("hm/**/*.py"), *REPO.glob("tests/**/*.py"),
+               *REPO.glob("bench/**/*.py"), *REPO.glob("bin/*"), *REPO.glob("docs/*.md")]
+    spec_files = ("GAME_RULES" + ".md", "GAME_RULES" + " §", "SCENARIO" + ".md")
+    citing = sorted(str(path.relative_to(REPO)) for path in sources
+                    if path.is_file() and path.resolve() != Path(__file__).resolve()
+                    and any(name in path.read_text(errors="replace") for name in spec_files))
+    assert not citing, citing

@@ -13,7 +13,7 @@ from hm.game import constants as C
 from hm.train.config import TrainConfig, resolve
 from hm.train.envs import HackMatrixEnv
 from hm.train.health import HealthMonitor, HealthThresholds, non_finite
-from hm.train.learner import Learner, StepStats
+from hm.train.learner import Learner, StepStats, make_hyper
 
 
 def healthy(update: int) -> dict[str, float]:
@@ -180,7 +180,8 @@ def tiny_config():
 def test_rollout_sums_the_masks_actions_were_sampled_under():
     learner = Learner(env=probe_suite(), config=tiny_config())
     params = jax.vmap(learner.init_params)(jax.random.key(0)[None])   # a population of one
-    _, trajectory, stats = eqx.filter_jit(learner.rollout)(params, learner.init_envs(), jax.random.key(1)[None])
+    _, trajectory, stats = eqx.filter_jit(learner.rollout)(params, learner.init_envs(), jax.random.key(1)[None],
+                                                           make_hyper(learner.config))
     assert stats.legal.dtype == jnp.float32 and stats.legal.shape == (1, learner.env.num_actions)
     np.testing.assert_array_equal(np.asarray(stats.legal), np.asarray(trajectory.mask).sum(axis=(0, 2)))
     assert not np.all(np.asarray(trajectory.mask)), "the probes have illegal actions"

@@ -164,8 +164,7 @@ class HackMatrixEnv(_HackMatrixShaped):
     reward_terms: tuple[str, ...] = eqx.field(static=True, default=C.REWARD_TERMS)
 
     def reset(self, key):
-        obs, state = HackMatrix().reset_env(key, EnvParams())
-        return state, obs
+        return self.start(key, EnvParams())   # the default params: an ordinary game
 
     def start(self, key, params):
         obs, state = HackMatrix().reset_env(key, params)

@@ -7,7 +7,7 @@ do-nothing environment of the game's shapes, is the ceiling the learner itself a
 the ratio game/null says what share of the learner's speed is left with the game's cost
 added (100 %: the game costs nothing).
 
-    python -m bench.bench_train                      # 2048 envs, auto-scaled, game and null
+    python -m bench.bench_train                      # bin/train's batch (2048 envs x 32 steps), auto-scaled, game and null
     python -m bench.bench_train --env game --repeats 2 --out bench/results/train.jsonl
     python -m bench.bench_train --compile-cache /tmp/cache   # run twice: warm-cache start
     python -m bench.bench_train --env game --network mlp conv   # networks side by side
@@ -33,11 +33,12 @@ import jax
 from tap import Tap
 
 from bench import common
+from hm.train.config import TrainConfig
 
 
 class Args(Tap):
     num_envs: int = 2048  # global env slots (split over the devices)
-    num_steps: int = 128  # rollout length per update
+    num_steps: int = TrainConfig.num_steps  # rollout length per update (bin/train's default)
     updates_per_call: int | None = None  # updates fused per call (default: auto)
     precision: str = "auto"  # auto | f32 | bf16
     env: Literal["both", "game", "null"] = "both"  # which environment(s) to train on
@@ -57,7 +58,6 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1) -> dict
     from hm.train import (
         HackMatrixEnv,
         NullEnv,
-        TrainConfig,
         init,
         make_mesh,
         make_train_fn,

@@ -39,9 +39,11 @@ def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
 
 def test_default_config_resolves_as_the_issue_says():
     resolved = resolve(TrainConfig(), "cpu", 1)
-    assert resolved.batch_size == 262144 and resolved.minibatch_size == 8192
+    # 2048 envs x 32 steps: 8 minibatches of 8,192 x 2 epochs, 4 updates (2^18 steps) per call
+    assert resolved.batch_size == 65536 and resolved.minibatch_size == 8192
+    assert (resolved.num_minibatches, resolved.update_epochs) == (8, 2)
     assert resolved.lr == 1e-3 and resolved.ent_coef == 0.01
-    assert resolved.precision == "f32" and resolved.updates_per_call == 1
+    assert resolved.precision == "f32" and resolved.updates_per_call == 4
 
 
 def test_explicit_values_win():
@@ -67,17 +69,17 @@ def test_auto_precision_per_backend(backend, precision):
 
 def test_auto_minibatches_split_over_devices():
     # 1000 x 128 = 128000: 128000/8192 = 15.6; 16 divides it (8000 per minibatch)
-    resolved = resolve(TrainConfig(num_envs=1000), "cpu", 1)
+    resolved = resolve(TrainConfig(num_envs=1000, num_steps=128), "cpu", 1)
     assert resolved.num_minibatches == 16 and resolved.batch_size % 16 == 0
-    resolved = resolve(TrainConfig(num_envs=1000, devices=8), "cpu", 8)
+    resolved = resolve(TrainConfig(num_envs=1000, num_steps=128, devices=8), "cpu", 8)
     assert resolved.batch_size % (resolved.num_minibatches * 8) == 0
 
 
 def test_updates_per_call_auto():
-    assert resolve(TrainConfig(num_envs=256), "cpu", 1).updates_per_call == 8
+    assert resolve(TrainConfig(num_envs=256, num_steps=128), "cpu", 1).updates_per_call == 8
     small = TrainConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3)
     assert resolve(small, "cpu", 1).updates_per_call == 3  # never more than the run has
-    resolved = resolve(TrainConfig(num_envs=256, total_timesteps=256 * 128 * 10), "cpu", 1)
+    resolved = resolve(TrainConfig(num_envs=256, num_steps=128, total_timesteps=256 * 128 * 10), "cpu", 1)
     assert resolved.num_updates == 10 and resolved.num_calls == 2
 
 

@@ -51,6 +51,7 @@ class LearningArgs(TrainArgs):
     eval_seed: int = 0  # Which held-out games (hm.tools.evaluate's evaluation seed family).
     label: str = "default"  # Name of this configuration in the results and the plot.
     compare: pathlib.Path | None = None  # Train nothing: plot every configuration in this results file on one figure (--plot).
+    labels: list[str] = []  # With --compare: only these configurations (default: all of the file's).
     out: pathlib.Path | None = None  # Append one JSON line per evaluation to this file.
     plot: pathlib.Path | None = None  # Write the PNG plot here.
 
@@ -221,6 +222,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         if args.plot is None or not args.compare.is_file():
             parser.error("--compare needs an existing results file and --plot")
         rows_by_label, baselines = read_results(args.compare)
+        missing = sorted(set(args.labels) - set(rows_by_label))
+        if missing:
+            parser.error(f"--labels: {', '.join(missing)} not in {args.compare} "
+                         f"(it has {', '.join(sorted(rows_by_label))})")
+        if args.labels:
+            rows_by_label = {label: rows_by_label[label] for label in args.labels}
         for label, mine in sorted(rows_by_label.items()):
             print(summary_table(label, mine, baselines))
         plot_comparison(args.plot, rows_by_label, baselines)

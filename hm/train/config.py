@@ -84,7 +84,7 @@ class TrainConfig:
     """What the user chooses. `None` means auto (see the module docstring)."""
 
     num_envs: int = 2048
-    num_steps: int = 32  # docs/learning.md: 128 (the original's) learned 4-5x slower per env step
+    num_steps: int = 32  # docs/learning.md#budget-20m: 128 (the original's) took 4-5x the env steps to the same stage
     total_timesteps: int = 10_000_000
     lr: float | None = None
     gamma: float = 0.99

@@ -77,3 +77,15 @@ def test_compare_plots_every_configuration_of_a_results_file(tmp_path):
     assert sorted(rows) == ["a", "b"] and len(rows["a"]) == 6 and list(baselines) == ["random"]
     assert len(bench_learning.main(["--compare", str(out), "--plot", str(png)])) == 12
     assert png.read_bytes()[:4] == b"\x89PNG"
+    only_b = bench_learning.main(["--compare", str(out), "--plot", str(png), "--labels", "b"])
+    assert len(only_b) == 6 and only_b == rows["b"]
+
+
+def test_compare_refuses_a_label_the_file_does_not_have(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    for row in _rows():
+        common.record_line("learning", {"label": "a"}, row, out)
+    with pytest.raises(SystemExit) as exit_info:
+        bench_learning.main(["--compare", str(out), "--plot", str(tmp_path / "c.png"), "--labels", "a", "z"])
+    assert exit_info.value.code == 2
+    assert "--labels: z not in" in capsys.readouterr().err

@@ -31,16 +31,24 @@ from typing import Any, BinaryIO
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hm.train.mesh import to_host
 
-FORMAT = "hm-checkpoint/2"
-# Format 1 held one agent without a member axis (before populations).
-_EARLIER_FORMATS = {"hm-checkpoint/1": "it was written before populations, by an earlier version of hm"}
+FORMAT = "hm-checkpoint/3"
+# Format 1 held one agent without a member axis (before populations); format 2 a network
+# without the value statistics (`value_shift`, `value_scale`).
+_EARLIER_FORMATS = {
+    "hm-checkpoint/1": "it was written before populations, by an earlier version of hm",
+    "hm-checkpoint/2": ("it was written before the network held value-normalisation statistics, by an "
+                        "earlier version of hm; its exported policy (policy.eqx) still loads"),
+}
 CHECKPOINTS_DIR = "checkpoints"
 KEEP_LAST = 3
-POLICY_FORMAT = "hm-policy/1"
+POLICY_FORMAT = "hm-policy/2"
+# Format 1: the network without `value_shift` and `value_scale`, which load as 0 and 1.
+_POLICY_FORMAT_1 = "hm-policy/1"
 POLICY_PARAMS = "policy.eqx"
 POLICY_META = "policy.json"
 PARAMS_PREFIX = ".params"
@@ -409,7 +417,7 @@ def read_policy_description(run_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{meta}: cannot read the policy description ({error})") from None
     if not isinstance(description, dict):
         raise CheckpointError(f"{meta}: not a policy description (a JSON object)")
-    if description.get("format") != POLICY_FORMAT:
+    if description.get("format") not in (POLICY_FORMAT, _POLICY_FORMAT_1):
         raise CheckpointError(f"{meta}: unknown format {description.get('format')!r} (expected {POLICY_FORMAT!r})")
     missing = [k for k in ("game_version",) + _POLICY_SIZES
                if not isinstance(description.get(k), int) or (k != "game_version" and description[k] < 1)]
@@ -476,11 +484,22 @@ def load_policy(run_dir: Path) -> Any:
         like = network_like(architecture, jax.random.key(0))
     except CheckpointError as error:
         raise CheckpointError(f"{run_dir / POLICY_META}: {error}") from None
+
+    def value_statistics(network):
+        return network.value_shift, network.value_scale
+
+    earlier = description["format"] == _POLICY_FORMAT_1
+    if earlier:  # its file has no value statistics: read the rest, then put in the identity
+        like = eqx.tree_at(value_statistics, like, (None, None))
     try:
-        return eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
+        network = eqx.tree_deserialise_leaves(run_dir / POLICY_PARAMS, like)
     except (OSError, ValueError, EOFError, RuntimeError) as error:
         # equinox names the first leaf whose shape differs, or the file is cut short.
         raise CheckpointError(
             f"{run_dir / POLICY_PARAMS}: does not hold the network {POLICY_META} describes "
             f"({architecture.network} network, {architecture.critic} critic, hidden_dim "
             f"{architecture.hidden_dim}, num_layers {architecture.num_layers}): {error}") from None
+    if earlier:
+        network = eqx.tree_at(value_statistics, network, (jnp.zeros((), jnp.float32), jnp.ones((), jnp.float32)),
+                              is_leaf=lambda leaf: leaf is None)
+    return network

@@ -38,6 +38,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     vf_coef: float = _CONFIG.vf_coef  # Value-loss coefficient (>= 0).
     ent_coef: float = _CONFIG.ent_coef  # Entropy-bonus coefficient (>= 0).
     max_grad_norm: float = _CONFIG.max_grad_norm  # Global gradient-norm clip (> 0).
+    value_norm: float = _CONFIG.value_norm  # Normalise value targets (PopArt): step of their running mean and std per update, in [0, 1]; 0: off.
     hidden_dim: int = _CONFIG.hidden_dim  # Width of the trunk's hidden layers (>= 1).
     num_layers: int = _CONFIG.num_layers  # Hidden tanh layers of the trunk (>= 1).
     network: Literal["mlp", "conv"] = _CONFIG.network  # mlp: on the flat observation; conv: a 3x3 convolution over the board first (docs/networks.md)

@@ -22,6 +22,12 @@ For a larger batch, `scale = batch / 32768`:
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
 
+Value normalisation. `value_norm` > 0 keeps running estimates of the value targets' mean
+and standard deviation, moved that share of the way to each update's batch (but at
+least 1/(updates done + 1), so the first update takes its batch's statistics), and
+normalises the critic by them (PopArt, `hm.train.network.popart_update`); 0 turns it
+off.
+
 Curriculum. `curriculum` is the share of new training episodes that start at a later
 stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who got there
 might hold (docs/learning.md#curriculum); 0 trains on ordinary games only. Evaluation
@@ -56,7 +62,7 @@ MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
-             "curriculum", "curriculum_max_stage")
+             "value_norm", "curriculum", "curriculum_max_stage")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -95,6 +101,8 @@ class TrainConfig:
     vf_coef: float = 0.5
     ent_coef: float = 0.01  # docs/learning.md: 0.15 (the original's) with the old lr never moved
     max_grad_norm: float = 0.5
+    # docs/learning.md#value-normalisation: step of PopArt's value statistics per update; 0 off
+    value_norm: float = 0.0
     hidden_dim: int = 256
     num_layers: int = 2
     network: str = "mlp"
@@ -272,7 +280,8 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
         updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto),
     )
-    for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "curriculum"):
+    for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
+                 "curriculum"):
         fields[name] = float(fields[name])
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     return ResolvedConfig(**fields)
@@ -357,6 +366,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_float(config, "vf_coef", 0.0, None)
     _check_float(config, "ent_coef", 0.0, None)
     _check_float(config, "max_grad_norm", 0.0, None, low_open=True)
+    _check_float(config, "value_norm", 0.0, 1.0)
     _check_int(config, "hidden_dim", 1)
     _check_int(config, "num_layers", 1)
     for name, allowed in (("network", NETWORKS), ("critic", CRITICS)):

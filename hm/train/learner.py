@@ -21,7 +21,8 @@ device count for the same global batch.
 Populations. A run trains P members (P = 1 for a single run; `--num-seeds`, `--sweep`):
 every per-member leaf of the state leads with a member axis, and the members'
 hyper-parameters (`Hyper`: lr, entropy and value coefficients, clip range, gamma, GAE
-lambda, gradient clip, and the curriculum's share and highest stage) are an argument of
+lambda, gradient clip, the value statistics' step, and the curriculum's share and
+highest stage) are an argument of
 the program, traced values, so members can differ in them and share one compiled program. The rollout steps all members' env
 slots as one flat batch; networks and gradient steps are `vmap`ped over members.
 Member i of a population computes what the single run with its seed computes.
@@ -75,7 +76,7 @@ from hm.train.envs import (
     vector_unstarted,
 )
 from hm.train.mesh import DATA_AXIS, make_mesh, to_global, to_host
-from hm.train.network import Network, evaluate
+from hm.train.network import Network, evaluate, popart_update
 from hm.train.precision import cast_floating, compute_dtype
 
 
@@ -110,6 +111,7 @@ class Hyper(eqx.Module):
     gamma: HyperValue
     gae_lambda: HyperValue
     max_grad_norm: HyperValue
+    value_norm: HyperValue                 # step of the value statistics (PopArt); 0: off
     curriculum: HyperValue                 # share of new episodes that are curriculum starts
     curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
 
@@ -417,6 +419,18 @@ class Learner(eqx.Module):
             updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 
+    def normalise_values(self, params: Network, targets: Float[Array, "T n"], step: Float[Array, ""],
+                         update: Int32[Array, ""]) -> Network:
+        """One member's PopArt step before its epochs: move the value statistics towards
+        this batch's targets (`ppo.value_statistics`) at rate `max(step, 1 / (update + 1))`,
+        and rescale the value head so that its values are unchanged. `step` 0 changes
+        nothing."""
+        rate = jnp.maximum(step, 1.0 / (update.astype(jnp.float32) + 1.0))
+        shift, scale = ppo.value_statistics(targets, params.value_shift, params.value_scale, rate,
+                                            self.axis_name)
+        updated = popart_update(params, shift, scale)
+        return jax.tree.map(lambda new, old: jnp.where(step > 0, new, old), updated, params)
+
     def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray,
                      hyper: Hyper):
         """One member's `update_epochs` passes over its samples, `num_minibatches` steps each."""
@@ -452,12 +466,15 @@ class Learner(eqx.Module):
             advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
                                           trajectory.truncated, trajectory.bootstrap_value, last_value,
                                           hyper.gamma, hyper.gae_lambda)
+            params = self.normalise_values(params, targets, hyper.value_norm, state.update)
             samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
                               log_prob=trajectory.log_prob, advantage=advantages, target=targets)
             params, opt_state, metrics = self.train_epochs(params, opt_state, samples, key, hyper)
             metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets,
                                                                        self.axis_name)
             metrics["ppo/lr"] = hyper.lr
+            metrics["value/shift"] = params.value_shift
+            metrics["value/scale"] = params.value_scale
             return params, opt_state, metrics
 
         # The trajectory is [T, P, n]: each member's share is taken along axis 1.
@@ -643,7 +660,8 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
 
     Metrics (replicated, one value per member: shape [P]): `loss/{total,policy,value,entropy}`,
     `ppo/{approx_kl,clip_frac,explained_variance,grad_norm,lr}` averaged over every
-    minibatch step of the call; `episode/{return,length,highest_stage,win_rate}` means
+    minibatch step of the call; `value/{shift,scale}` the value statistics (PopArt; 0 and
+    1 without `--value-norm`), averaged over the call's updates; `episode/{return,length,highest_stage,win_rate}` means
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env

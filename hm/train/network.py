@@ -20,6 +20,15 @@ the network, where PPO spends its time on CPU; `critic="separate"` gives the val
 its own encoder and trunk of the same shape, so value targets in the hundreds do not
 pull the policy's features around (twice the arithmetic).
 
+Value normalisation (PopArt, van Hasselt et al., "Learning values across many orders of
+magnitude", NeurIPS 2016). The value head predicts a normalised value; the network
+returns `value_shift + value_scale * head(h)`, so every user of `evaluate` (the
+rollout, GAE, the tools) sees values in reward units. The two statistics are not
+trained by gradient (they pass through `stop_gradient`); with `--value-norm` the learner
+sets them to running estimates of the value targets' mean and standard deviation and
+rescales the head so that its outputs are unchanged (`popart_update`). Without it
+they stay 0 and 1, which returns the head's output exactly.
+
 tanh rather than ReLU: bounded activations keep the heads' inputs in a fixed range,
 which is what a large study of on-policy RL found works best for PPO (Andrychowicz et
 al., "What Matters in On-Policy Reinforcement Learning?", ICLR 2021), and is robust in
@@ -152,7 +161,9 @@ class Network(eqx.Module):
     """Actor-critic on one flat observation (`evaluate` runs it on a batch).
 
     `encoder` is None for the MLP (the trunk reads the flat observation); the
-    `value_*` fields are None when the critic shares the policy's encoder and trunk.
+    `value_encoder` and `value_trunk` are None when the critic shares the policy's
+    encoder and trunk. `value_shift` and `value_scale` map the value head's normalised
+    output to reward units (the module docstring); they are not trained by gradient.
     """
 
     encoder: GridEncoder | None
@@ -161,6 +172,8 @@ class Network(eqx.Module):
     value_trunk: tuple[Linear, ...] | None
     policy_head: Linear
     value_head: Linear
+    value_shift: Float[Array, ""]
+    value_scale: Float[Array, ""]
     obs_size: int = eqx.field(static=True)
     num_actions: int = eqx.field(static=True)
     kind: str = eqx.field(static=True)
@@ -181,6 +194,8 @@ class Network(eqx.Module):
         self.value_encoder, self.value_trunk = tower(value_key) if critic == "separate" else (None, None)
         self.policy_head = Linear(hidden_dim, num_actions, 0.01, key=policy_head_key)
         self.value_head = Linear(hidden_dim, 1, 1.0, key=value_head_key)
+        self.value_shift = jnp.zeros((), jnp.float32)
+        self.value_scale = jnp.ones((), jnp.float32)
         self.obs_size = obs_size
         self.num_actions = num_actions
         self.kind = kind
@@ -189,9 +204,25 @@ class Network(eqx.Module):
     def __call__(self, obs: Float[Array, " obs"]) -> tuple[Float[Array, " actions"], Float[Array, ""]]:
         """Logits and value, in the dtype of the parameters and input."""
         h = _features(self.encoder, self.trunk, obs)
-        if self.value_trunk is None:
-            return self.policy_head(h), self.value_head(h)[0]
-        return self.policy_head(h), self.value_head(_features(self.value_encoder, self.value_trunk, obs))[0]
+        value_h = h if self.value_trunk is None else _features(self.value_encoder, self.value_trunk, obs)
+        normalised = self.value_head(value_h)[0]
+        value = lax.stop_gradient(self.value_shift) + lax.stop_gradient(self.value_scale) * normalised
+        return self.policy_head(h), value
+
+
+def popart_update(network: Network, shift: Float[Array, ""], scale: Float[Array, ""]) -> Network:
+    """New value statistics, with the head rescaled so that every value is unchanged.
+
+    With old statistics (mu, sigma) and new (mu', sigma'), the head's weight becomes
+    `w * sigma / sigma'` and its bias `(sigma * b + mu - mu') / sigma'`, so
+    `mu' + sigma' * head'(h) == mu + sigma * head(h)` for every h (PopArt's "preserving
+    outputs precisely").
+    """
+    head = network.value_head
+    weight = head.weight * (network.value_scale / scale)
+    bias = (network.value_scale * head.bias + network.value_shift - shift) / scale
+    return eqx.tree_at(lambda n: (n.value_head.weight, n.value_head.bias, n.value_shift, n.value_scale),
+                       network, (weight, bias, shift, scale))
 
 
 def evaluate(

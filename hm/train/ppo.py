@@ -92,6 +92,10 @@ def loss(
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
     """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy.
 
+    The value error is measured in the value head's normalised units: divided by the
+    network's `value_scale` (PopArt; 1 unless the learner normalises values), so that
+    targets in the hundreds do not swamp the policy's share of a clipped gradient.
+
     The value loss is the plain squared error, not clipped: this game's returns reach
     hundreds (victory pays 500+), and clipping value moves to +-clip_eps would stall
     the critic (and value clipping did not help in Andrychowicz et al., "What Matters
@@ -105,13 +109,15 @@ def loss(
     advantage normalisation and the metrics are over the global minibatch.
     """
     logits, values = evaluate(network, batch.obs, precision)
+    # In the value head's normalised units (`network.value_scale` is 1 without --value-norm).
+    value_errors = (values - batch.target) / lax.stop_gradient(network.value_scale)
     logp = distributions.log_prob(logits, batch.mask, batch.action)
     log_ratio = logp - batch.log_prob
     ratio = jnp.exp(log_ratio)
     advantage = normalise(batch.advantage, axis_name)
     clipped = jnp.clip(ratio, 1.0 - coefficients.clip_eps, 1.0 + coefficients.clip_eps)
     policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped * advantage))
-    value_loss = 0.5 * jnp.mean(jnp.square(values - batch.target))
+    value_loss = 0.5 * jnp.mean(jnp.square(value_errors))
     entropy = jnp.mean(distributions.entropy(logits, batch.mask))
     total = policy_loss + coefficients.vf_coef * value_loss - coefficients.ent_coef * entropy
     metrics = {
@@ -125,6 +131,34 @@ def loss(
     if axis_name is not None:
         metrics = lax.pmean(metrics, axis_name)
     return total, metrics
+
+
+# The smallest standard deviation the value statistics take (targets that hardly vary
+# would otherwise blow the normalised value error up).
+MIN_VALUE_SCALE = 1e-2
+
+
+def value_statistics(
+    targets: Float[Array, "*batch"],
+    shift: Float[Array, ""],
+    scale: Float[Array, ""],
+    rate: Float[Array, ""],
+    axis_name: str | None = None,
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """PopArt's running mean and standard deviation of the value targets.
+
+    The first and second moments move `rate` of the way towards the (global) batch's:
+    `mu' = mu + rate * (mean(t) - mu)`, `nu' = nu + rate * (mean(t^2) - nu)` with
+    `nu = sigma^2 + mu^2`; then `sigma' = sqrt(nu' - mu'^2)`, at least `MIN_VALUE_SCALE`.
+    `rate` 1 takes the batch's own statistics; 0 keeps `(shift, scale)` as they are.
+    """
+    mean = _mean(targets, axis_name)
+    square = _mean(jnp.square(targets), axis_name)
+    second = jnp.square(scale) + jnp.square(shift)
+    new_shift = shift + rate * (mean - shift)
+    new_second = second + rate * (square - second)
+    variance = jnp.maximum(new_second - jnp.square(new_shift), MIN_VALUE_SCALE**2)
+    return new_shift, jnp.sqrt(variance)
 
 
 def explained_variance(

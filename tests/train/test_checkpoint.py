@@ -255,13 +255,19 @@ def test_non_finite_state_is_detected():
 def test_unknown_format_is_refused(tmp_path):
     path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/999")
     with pytest.raises(CheckpointError, match="'hm-checkpoint/999' cannot be read .unknown format.; "
-                                              "this version reads 'hm-checkpoint/2'"):
+                                              "this version reads 'hm-checkpoint/3'"):
         checkpoint.read_meta(path)
 
 
 def test_a_checkpoint_from_before_populations_is_refused_with_the_reason(tmp_path):
     path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/1")
     with pytest.raises(CheckpointError, match="written before populations"):
+        checkpoint.read_meta(path)
+
+
+def test_a_checkpoint_from_before_value_statistics_is_refused_with_the_reason(tmp_path):
+    path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/2")
+    with pytest.raises(CheckpointError, match="before the network held value-normalisation statistics"):
         checkpoint.read_meta(path)
 
 
@@ -317,6 +323,19 @@ def test_an_old_policy_description_means_an_mlp(tmp_path, network):
     checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(make_state(5).params), description)
     assert checkpoint.read_policy_description(tmp_path)["network"] == "mlp"
     assert checkpoint.load_policy(tmp_path).kind == "mlp"
+
+
+def test_a_policy_from_before_value_statistics_loads_with_the_identity(tmp_path):
+    # format 1 wrote the network without value_shift and value_scale
+    params = make_state(5).params
+    old = eqx.tree_at(lambda n: (n.value_shift, n.value_scale), params, (None, None))
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(old),
+                             {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION})
+    meta = tmp_path / checkpoint.POLICY_META
+    meta.write_text(meta.read_text().replace(checkpoint.POLICY_FORMAT, "hm-policy/1"))
+    loaded = checkpoint.load_policy(tmp_path)
+    assert (float(loaded.value_shift), float(loaded.value_scale)) == (0.0, 1.0)
+    assert_trees_equal(loaded, params)
 
 
 @pytest.mark.parametrize("damage, message", [

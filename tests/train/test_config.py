@@ -109,6 +109,8 @@ BAD = [
     ({"vf_coef": -1.0}, 1, "--vf-coef", "--vf-coef must be a number >= 0"),
     ({"ent_coef": -0.1}, 1, "--ent-coef", ">= 0"),
     ({"max_grad_norm": 0.0}, 1, "--max-grad-norm", "> 0"),
+    ({"value_norm": 1.5}, 1, "--value-norm", "--value-norm must be a number in [0, 1]; got 1.5"),
+    ({"value_norm": -0.1}, 1, "--value-norm", "[0, 1]"),
     ({"hidden_dim": 0}, 1, "--hidden-dim", "integer >= 1"),
     ({"num_layers": 0}, 1, "--num-layers", "integer >= 1"),
     ({"network": "transformer"}, 1, "--network", "--network must be one of mlp, conv; got 'transformer'"),

@@ -4,6 +4,7 @@ contract. One tiny program is compiled per module fixture and shared by the test
 import dataclasses
 import types
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,6 +101,8 @@ def test_metrics_and_counters(probe_run):
         assert metrics[name].shape == (() if name == "env_steps" else (1,)), name
         assert np.all(np.isfinite(metrics[name])), name
     assert float(metrics["ppo/lr"][0]) == pytest.approx(5e-3)
+    # without --value-norm the value statistics stay the identity, exactly
+    assert (float(metrics["value/shift"][0]), float(metrics["value/scale"][0])) == (0.0, 1.0)
     assert int(metrics["env_steps"]) == 16 * 16 * UPDATES
     assert int(metrics["episode/count"][0]) > 0
     assert float(metrics["ppo/explained_variance"][0]) > 0.9
@@ -159,6 +162,28 @@ def test_bf16_learner_runs_and_learns():
     assert learned["constant"][1] == pytest.approx(1.0, abs=0.1)
     assert learned["negative"][1] == pytest.approx(-1.0, abs=0.1)
     assert learned["credit"][0][1] > 0.9 and learned["masked"][0][2] == 0.0
+
+
+def scaled_probe_suite(factor: float):
+    suite = probe_suite()
+    return eqx.tree_at(lambda env: env.reward, suite, suite.reward * factor)
+
+
+def test_value_normalisation_learns_values_a_thousand_times_larger():
+    # the probe suite with every reward x1000: normalised, the critic sees the same problem
+    result = run(probe_config(value_norm=0.1), scaled_probe_suite(1000.0), calls=2, seed=1)
+    learned = policy_and_values(result.state.params, result.env)
+    expected = {"constant": 1.0, "positive": 1.0, "negative": -1.0, "discount_first": GAMMA,
+                "discount_second": 1.0, "credit": 1.0, "masked": 1.0, "loop": 1.0 / (1.0 - GAMMA)}
+    for name, value in expected.items():
+        assert learned[name][1] == pytest.approx(1000.0 * value, abs=100.0), name
+    assert learned["credit"][0][1] > 0.95 and learned["masked"][0][1] > 0.95
+    metrics = result.metrics[-1]
+    # the statistics follow the targets (hundreds to thousands), the value loss is in their units
+    assert 500.0 < float(metrics["value/scale"][0]) < 10_000.0
+    assert 100.0 < float(metrics["value/shift"][0]) < 5_000.0
+    assert float(metrics["loss/value"][0]) < 1.0
+    assert float(metrics["ppo/explained_variance"][0]) > 0.9
 
 
 def test_truncation_values_on_every_path():

@@ -14,7 +14,7 @@ from hm.train import distributions
 from hm.train.config import TrainConfig, resolve
 from hm.train.learner import init, make_train_fn, member_of
 from hm.train.mesh import make_mesh
-from hm.train.network import CELL_CHANNELS, CRITICS, KINDS, Network, evaluate, flops_per_sample
+from hm.train.network import CELL_CHANNELS, CRITICS, KINDS, Network, evaluate, flops_per_sample, popart_update
 from hm.train.precision import cast_floating
 
 OBS = C.OBS_FLAT_SIZE
@@ -66,6 +66,29 @@ def test_bf16_forward_close_to_f32(kind, critic):
     np.testing.assert_allclose(l16, l32, atol=0.02)
     np.testing.assert_allclose(v16, v32, atol=0.1 * float(jnp.max(jnp.abs(v32))))
     assert cast_floating(network, jnp.bfloat16).trunk[0].weight.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("critic", CRITICS)
+def test_popart_update_keeps_every_value(critic):
+    network = Network(OBS, 28, 64, 2, critic=critic, key=jax.random.key(0))
+    obs = game_like_obs(jax.random.key(1), 16)
+    logits, values = evaluate(network, obs, "f32")
+    # the identity statistics return the head's own output
+    assert (float(network.value_shift), float(network.value_scale)) == (0.0, 1.0)
+    head = jnp.tanh(jnp.tanh(obs @ network.trunk[0].weight) @ network.trunk[1].weight) @ network.value_head.weight
+    if critic == "shared":
+        np.testing.assert_allclose(values, head[:, 0] + network.value_head.bias[0], rtol=1e-5, atol=1e-6)
+    moved = network
+    for shift, scale in ((3.0, 40.0), (-120.0, 7.5), (0.5, 0.01)):
+        moved = popart_update(moved, jnp.float32(shift), jnp.float32(scale))
+        assert (moved.value_shift, moved.value_scale) == (jnp.float32(shift), jnp.float32(scale))
+        new_logits, new_values = evaluate(moved, obs, "f32")
+        np.testing.assert_array_equal(new_logits, logits)
+        np.testing.assert_allclose(new_values, values, rtol=1e-4, atol=1e-4)
+    # only the head and the statistics change
+    same = lambda n: (n.trunk, n.value_trunk, n.policy_head)  # noqa: E731
+    for a, b in zip(jax.tree.leaves(same(network)), jax.tree.leaves(same(moved))):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_mlp_layer_sizes():

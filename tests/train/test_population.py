@@ -81,6 +81,14 @@ def test_an_lr_sweep_gives_members_that_differ_in_lr_only():
         assert_member_is_the_single_run(population, index, single)
 
 
+def test_a_value_norm_sweep_normalises_only_the_members_that_ask():
+    population, metrics = train_two_calls(dataclasses.replace(PROBE, sweep=(("value_norm", (0.0, 0.2)),)))
+    assert metrics["value/scale"][0] == 1.0 and metrics["value/shift"][0] == 0.0
+    assert metrics["value/scale"][1] != 1.0 and metrics["value/shift"][1] != 0.0
+    single, _ = train_two_calls(dataclasses.replace(PROBE, value_norm=0.2))
+    assert_member_is_the_single_run(population, 1, single)
+
+
 def test_hyper_parameters_are_traced_values():
     """Other hyper-parameter values run the same compiled program, and take effect."""
     resolved, env, mesh = resolve(PROBE, "cpu", 1), probe_suite(), make_mesh(1)

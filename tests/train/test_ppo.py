@@ -1,5 +1,6 @@
 """GAE and the PPO loss against hand computations."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -134,3 +135,36 @@ def test_explained_variance():
     assert float(ppo.explained_variance(targets, targets)) == 1.0
     assert float(ppo.explained_variance(jnp.full(4, 2.5), targets)) == pytest.approx(0.0, abs=1e-6)
     assert float(ppo.explained_variance(jnp.zeros(4), jnp.ones(4))) == 0.0
+
+
+def test_value_loss_is_measured_in_the_normalised_units(fixed_batch):
+    # the same network and targets in units 50x larger, with value_scale 50: the same loss
+    network, batch = fixed_batch
+    coefficients = ppo.LossCoefficients(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+    _, plain = ppo.loss(network, batch, coefficients, "f32")
+    scaled = eqx.tree_at(lambda n: (n.value_shift, n.value_scale), network, (jnp.float32(7.0), jnp.float32(50.0)))
+    bigger = eqx.tree_at(lambda b: b.target, batch, 7.0 + 50.0 * batch.target)
+    _, metrics = ppo.loss(scaled, bigger, coefficients, "f32")
+    np.testing.assert_allclose(metrics["loss/value"], plain["loss/value"], rtol=1e-5)
+    # the statistics get no gradient: they are set by the learner, not trained
+    grads = jax.grad(lambda n: ppo.loss(n, bigger, coefficients, "f32")[0])(scaled)
+    assert float(grads.value_shift) == 0.0 and float(grads.value_scale) == 0.0
+
+
+def test_value_statistics():
+    targets = jnp.asarray(np.random.default_rng(0).normal(3.0, 20.0, size=(32, 16)), jnp.float32)
+    shift, scale = jnp.float32(0.0), jnp.float32(1.0)
+    # rate 1: the batch's own mean and (population) standard deviation
+    new_shift, new_scale = ppo.value_statistics(targets, shift, scale, jnp.float32(1.0))
+    np.testing.assert_allclose(new_shift, np.mean(targets), rtol=1e-5)
+    np.testing.assert_allclose(new_scale, np.std(targets), rtol=1e-4)
+    # rate 0: unchanged, exactly
+    assert ppo.value_statistics(targets, shift, scale, jnp.float32(0.0)) == (0.0, 1.0)
+    # a partial step moves both moments that share of the way
+    half_shift, half_scale = ppo.value_statistics(targets, shift, scale, jnp.float32(0.5))
+    np.testing.assert_allclose(half_shift, 0.5 * np.mean(targets), rtol=1e-5)
+    second = 0.5 * 1.0 + 0.5 * np.mean(np.square(targets))
+    np.testing.assert_allclose(half_scale, np.sqrt(second - half_shift**2), rtol=1e-4)
+    # constant targets: the scale stops at its floor instead of reaching 0
+    _, floor = ppo.value_statistics(jnp.full((4,), 5.0), shift, scale, jnp.float32(1.0))
+    assert float(floor) == pytest.approx(ppo.MIN_VALUE_SCALE)

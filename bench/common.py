@@ -186,14 +186,16 @@ def record_line(name: str, config: dict[str, Any], metrics: dict[str, Any], out:
 
 
 def _git_commit() -> str | None:
-    """The checked-out commit of the repo holding this file, if git can tell."""
+    """The checked-out commit of the repo holding this file, if git can tell, with
+    `-dirty` appended when tracked files differ from it (the code measured is not the
+    commit's)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=pathlib.Path(__file__).parent, capture_output=True,
+                              text=True, check=True).stdout.strip()
+
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=pathlib.Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "--short=12", "HEAD")
+        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return None

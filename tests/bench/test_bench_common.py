@@ -1,4 +1,7 @@
 import json
+import pathlib
+import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -89,3 +92,25 @@ def test_interleaved_calls_alternate_and_each_feeds_its_own_output():
     assert [int(carry) for _, carry in timed] == [4, 40]     # 1 untimed + 3 timed calls each
     assert calls == [1, 10] + [1, 10] * 3                     # warm-up, then alternating rounds
     assert all(t.median_s > 0 and t.compile_s > 0 for t, _ in timed)
+
+
+def test_the_commit_says_when_the_code_measured_is_not_the_commit(tmp_path, monkeypatch):
+    # a repository of its own: one commit, then a change to a tracked file
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    shutil.copy(pathlib.Path(common.__file__), repo / "bench" / "common.py")
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "--short=12", "HEAD")
+    monkeypatch.setattr(common, "__file__", str(repo / "bench" / "common.py"))
+    assert common._git_commit() == head
+    (repo / "untracked.txt").write_text("not part of the code")
+    assert common._git_commit() == head
+    (repo / "bench" / "common.py").write_text("# changed\n")
+    assert common._git_commit() == head + "-dirty"

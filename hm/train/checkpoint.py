@@ -37,13 +37,13 @@ import numpy as np
 from hm.train.mesh import to_host
 
 FORMAT = "hm-checkpoint/3"
-# Format 1 held one agent without a member axis (before populations); format 2 a network
-# without the value statistics (`value_shift`, `value_scale`).
-_EARLIER_FORMATS = {
-    "hm-checkpoint/1": "it was written before populations, by an earlier version of hm",
-    "hm-checkpoint/2": ("it was written before the network held value-normalisation statistics, by an "
-                        "earlier version of hm; its exported policy (policy.eqx) still loads"),
-}
+# Format 1 held one agent without a member axis (before populations).
+_EARLIER_FORMATS = {"hm-checkpoint/1": "it was written before populations, by an earlier version of hm"}
+# Format 2 is format 3 without the network's value statistics: it reads as if it held
+# their identity values (`hm.train.network`: shift 0, scale 1 for every member).
+_FORMAT_2 = "hm-checkpoint/2"
+_VALUE_STATISTICS = {".params.value_shift": 0.0, ".params.value_scale": 1.0}
+_MEMBERS_LEAF = ".params.value_head.bias"  # [P, 1]: its leading axis counts the members
 CHECKPOINTS_DIR = "checkpoints"
 KEEP_LAST = 3
 POLICY_FORMAT = "hm-policy/2"
@@ -126,6 +126,10 @@ class CheckpointMeta:
     @classmethod
     def from_json(cls, text: str) -> "CheckpointMeta":
         raw = json.loads(text)
+        if raw.get("format") == _FORMAT_2:
+            members = raw["leaves"][_MEMBERS_LEAF][0][0]
+            raw["leaves"].update({name: [[members], "float32"] for name in _VALUE_STATISTICS})
+            raw["format"] = FORMAT
         if raw.get("format") != FORMAT:
             why = _EARLIER_FORMATS.get(raw.get("format"), "unknown format")
             raise CheckpointError(f"checkpoint format {raw.get('format')!r} cannot be read ({why}); "
@@ -297,8 +301,13 @@ def read_arrays(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, np.
                 if entry.startswith(_LEAF_DIR) and entry.endswith(".npy") and name.startswith(prefix):
                     with archive.open(entry) as file:
                         arrays[name] = np.lib.format.read_array(file, allow_pickle=False)
-    except (zipfile.BadZipFile, ValueError) as error:
+            earlier = json.loads(archive.read(_META).decode()).get("format") == _FORMAT_2
+    except (zipfile.BadZipFile, KeyError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error})") from error
+    if earlier:
+        members = read_meta(path).leaves[_MEMBERS_LEAF][0][0]
+        arrays.update({name: np.full((members,), value, np.float32)
+                       for name, value in _VALUE_STATISTICS.items() if name.startswith(prefix)})
     return arrays
 
 

@@ -51,6 +51,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     updates_per_call: int | None = _CONFIG.updates_per_call  # PPO updates fused into one compiled call (>= 1); default: auto.
     devices: int | None = _CONFIG.devices  # Use only the first N devices (1..available); default: all.
     num_seeds: int = _CONFIG.num_seeds  # Train a population of N members with seeds SEED, SEED+1, ... in one program (1..1024).
+    reward_weights: list[str] = []  # Train on a reweighted reward, e.g. distance=0: TERM=WEIGHT per reward term (others 1; docs/learning.md).
     sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/populations.md.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
@@ -69,16 +70,19 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
 
     def configure(self) -> None:
         self.add_argument("--sweep", nargs="+", action="extend", default=[], metavar="KEY=V1,V2,...")
+        self.add_argument("--reward-weights", nargs="+", action="extend", default=[], metavar="TERM=WEIGHT")
 
     def process_args(self) -> None:
         try:
             self.parsed_sweep = parse_sweep(self.sweep)
+            self.parsed_reward_weights = parse_reward_weights(self.reward_weights)
         except ConfigError as error:
             self.error(error.message)
 
     def train_config(self) -> TrainConfig:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)}
         fields["sweep"] = self.parsed_sweep
+        fields["reward_weights"] = self.parsed_reward_weights
         return TrainConfig(**fields)
 
     def run_options(self) -> RunOptions:
@@ -121,6 +125,25 @@ def parse_sweep(specs: Sequence[str]) -> tuple[tuple[str, tuple[float, ...]], ..
             except ValueError:
                 raise ConfigError("--sweep", f"--sweep {key}: {item!r} is not a number") from None
         out.append((key.strip().replace("-", "_"), tuple(numbers)))
+    return tuple(out)
+
+
+def parse_reward_weights(specs: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """`["distance=0", "siphon-death=0.5"]` -> `(("distance", 0.0), ("siphon_death", 0.5))`.
+
+    Raises:
+        ConfigError: a spec that is not TERM=NUMBER.
+    """
+    out = []
+    for spec in specs:
+        name, sep, weight = spec.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not name:
+            raise ConfigError("--reward-weights", f"--reward-weights takes TERM=WEIGHT (e.g. distance=0); got {spec!r}")
+        try:
+            out.append((name, float(weight)))
+        except ValueError:
+            raise ConfigError("--reward-weights", f"--reward-weights {name}: {weight!r} is not a number") from None
     return tuple(out)
 
 

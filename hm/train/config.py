@@ -28,6 +28,13 @@ least 1/(updates done + 1), so the first update takes its batch's statistics), a
 normalises the critic by them (PopArt, `hm.train.network.popart_update`); 0 turns it
 off.
 
+Reward weights. `reward_weights` trains on a weighted sum of the env's reward terms
+(`info["reward_terms"]`) instead of its reward: each named term gets its weight, every
+other term weight 1. The game and its reward are unchanged (evaluation and the episode
+returns in the logs are the game's); only what the learner maximises changes. The
+names are checked against the env's terms when a run is built
+(`hm.train.learner.reward_weight_vector`). They are part of the program, not swept.
+
 Curriculum. `curriculum` is the share of new training episodes that start at a later
 stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who got there
 might hold (docs/learning.md#curriculum); 0 trains on ordinary games only. Evaluation
@@ -116,6 +123,9 @@ class TrainConfig:
     updates_per_call: int | None = None
     devices: int | None = None
     num_seeds: int = 1
+    # ((term, weight), ...): the training reward's weight of each named reward term
+    # (the others weigh 1); () trains on the env's own reward (docs/learning.md#reward-weights)
+    reward_weights: tuple[tuple[str, float], ...] = ()
     # ((field, (value, ...)), ...): one member per combination (see `members`).
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
@@ -284,6 +294,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
                  "curriculum"):
         fields[name] = float(fields[name])
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
+    fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
     return ResolvedConfig(**fields)
 
 
@@ -394,6 +405,23 @@ def validate(config: TrainConfig, num_devices: int) -> None:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
     _check_sweep(config, num_devices)
+    _check_reward_weights(config)
+
+
+def _check_reward_weights(config: TrainConfig) -> None:
+    """Each entry a (term name, finite number) pair, each name once. Whether the env has
+    such terms is checked when the run is built (`hm.train.learner.reward_weight_vector`)."""
+    seen = set()
+    for entry in config.reward_weights:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]):
+            raise ConfigError("--reward-weights", f"--reward-weights entries are TERM=WEIGHT; got {entry!r}")
+        name, weight = entry
+        if not _is_number(weight):
+            raise ConfigError("--reward-weights", f"--reward-weights {name}: the weight must be a finite "
+                                                  f"number; got {weight!r}")
+        if name in seen:
+            raise ConfigError("--reward-weights", f"--reward-weights gives {name} twice")
+        seen.add(name)
 
 
 def _check_sweep(config: TrainConfig, num_devices: int) -> None:
@@ -469,6 +497,8 @@ def from_dict(data: dict[str, Any]) -> TrainConfig | ResolvedConfig:
         data["auto"] = tuple(data["auto"])
     if "sweep" in data:
         data["sweep"] = tuple((name, tuple(values)) for name, values in data["sweep"])
+    if "reward_weights" in data:
+        data["reward_weights"] = tuple((name, weight) for name, weight in data["reward_weights"])
     try:
         return cls(**data)
     except TypeError as error:

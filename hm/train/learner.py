@@ -166,6 +166,25 @@ class Samples(eqx.Module):
     target: Float[Array, "T n"]
 
 
+def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...]) -> np.ndarray | None:
+    """The training reward's weight of each of the env's reward terms, in its order; None
+    for `()` (train on the env's own reward, exactly).
+
+    Raises:
+        ConfigError: a name that is not one of the env's reward terms (names `--reward-weights`).
+    """
+    if not weights:
+        return None
+    vector = np.ones(len(env.reward_terms), np.float32)
+    for name, weight in weights:
+        if name not in env.reward_terms:
+            raise config_lib.ConfigError(
+                "--reward-weights", f"--reward-weights {name}: not a reward term of this environment; its "
+                                    f"terms are {', '.join(env.reward_terms)}")
+        vector[env.reward_terms.index(name)] = weight
+    return vector
+
+
 def make_optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
     """Global-norm clipping then Adam at a constant learning rate (numbers or traced)."""
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
@@ -332,6 +351,7 @@ class Learner(eqx.Module):
                                     *curriculum), members)
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
+        weights = reward_weight_vector(self.env, self.config.reward_weights)
 
         def step(envs: VecEnvState, t):
             both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
@@ -345,9 +365,11 @@ class Learner(eqx.Module):
                                         self.config.max_episode_steps, *curriculum)
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
+            # what the learner maximises: the env's reward, or its terms reweighted
+            reward = out.reward if weights is None else out.info.reward_terms @ weights
             transition = Trajectory(
                 obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
-                action=action, log_prob=log_prob, value=value, reward=out.reward, done=out.done,
+                action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
                 truncated=out.truncated, bootstrap_value=bootstrap)
             finished = out.done | out.truncated
             stats = StepStats(
@@ -673,6 +695,7 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     if mesh.devices.size != resolved.devices:
         raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
                          f"for {resolved.devices}")
+    reward_weight_vector(env, resolved.reward_weights)  # a bad term name fails here, naming the flag
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)

@@ -65,6 +65,13 @@ BAD_INPUT = [
     (["--num-processes", "0", "--process-id", "0", "--coordinator-address", "localhost:1"], "--num-processes must be an integer >= 1"),
     (["--num-processes", "2", "--process-id", "2", "--coordinator-address", "localhost:1"], "--process-id must be in [0, 1]"),
     (["--coordinator-address", "localhost:1"], "--coordinator-address, --num-processes and --process-id go together"),
+    (["--value-norm", "2"], "--value-norm must be a number in [0, 1]; got 2.0"),
+    (["--reward-weights", "distance"], "--reward-weights takes TERM=WEIGHT (e.g. distance=0); got 'distance'"),
+    (["--reward-weights", "distance=x"], "--reward-weights distance: 'x' is not a number"),
+    (["--reward-weights", "distance=nan"], "--reward-weights distance: the weight must be a finite number"),
+    (["--reward-weights", "distance=0", "distance=1"], "--reward-weights gives distance twice"),
+    (["--reward-weights", "altitude=0"], "--reward-weights altitude: not a reward term of this environment; its "
+                                         "terms are step, stage, score"),
 ]
 
 
@@ -140,6 +147,12 @@ def test_defaults_match_train_config():
     options = args.run_options()
     assert options.save_interval is None and options.save_interval_minutes is None
     assert options.compile_cache == Path("~/.cache/hm/jax") and options.progress
+
+
+def test_reward_weights_parse_into_the_config():
+    args = TrainArgs(prog="bin/train").parse_args(["--reward-weights", "distance=0", "siphon-death=0.5"])
+    assert args.train_config().reward_weights == (("distance", 0.0), ("siphon_death", 0.5))
+    assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights == ()
 
 
 def test_explicit_fields_reads_both_flag_forms():

@@ -153,7 +153,8 @@ def test_every_field_is_a_cli_flag_and_resolved_adds_only_the_machine():
 
 
 def test_dict_round_trip():
-    config = TrainConfig(num_envs=64, lr=1e-3, num_seeds=2, sweep=(("ent_coef", (0.01, 0.05)),))
+    config = TrainConfig(num_envs=64, lr=1e-3, num_seeds=2, sweep=(("ent_coef", (0.01, 0.05)),),
+                         reward_weights=(("distance", 0.0), ("siphon_death", 0.5)))
     assert from_dict(json.loads(json.dumps(to_dict(config)))) == config, "through JSON, as config.json"
     assert from_dict(to_dict(config)) == config
     resolved = resolve(config, "tpu", 4)

@@ -13,14 +13,16 @@ from compiles import compilations
 from probes import PROBE_STATES, probe_suite
 
 from hm.train import distributions
-from hm.train.config import TrainConfig, resolve
+from hm.train.config import ConfigError, TrainConfig, resolve
 from hm.train.learner import (
     Learner,
     Samples,
     init,
+    make_hyper,
     make_train_fn,
     member_of,
     reshard_for,
+    reward_weight_vector,
     total_env_steps,
 )
 from hm.train.mesh import make_mesh
@@ -184,6 +186,26 @@ def test_value_normalisation_learns_values_a_thousand_times_larger():
     assert 100.0 < float(metrics["value/shift"][0]) < 5_000.0
     assert float(metrics["loss/value"][0]) < 1.0
     assert float(metrics["ppo/explained_variance"][0]) > 0.9
+
+
+def test_reward_weights_change_what_is_learned_from_not_the_game():
+    # the same rollout, keys and network with the probe's one term weighted 3x: the
+    # learner's rewards triple, the episodes' (game's) returns do not
+    def rollout(**overrides):
+        resolved = probe_config(**overrides)
+        learner = Learner(env=probe_suite(), config=resolved)
+        params = jax.vmap(learner.init_params)(jax.random.split(jax.random.key(0), 1))
+        keys = jax.random.split(jax.random.key(1), 1)
+        return jax.jit(lambda *args: learner.rollout(*args))(params, learner.init_envs(), keys, make_hyper(resolved))
+
+    _, plain, plain_stats = rollout()
+    _, weighted, weighted_stats = rollout(reward_weights=(("reward", 3.0),))
+    assert float(jnp.abs(plain.reward).sum()) > 0
+    np.testing.assert_array_equal(weighted.reward, 3.0 * plain.reward)
+    np.testing.assert_array_equal(weighted.action, plain.action)
+    np.testing.assert_array_equal(weighted_stats.episode_return, plain_stats.episode_return)
+    with pytest.raises(ConfigError, match="--reward-weights bonus: not a reward term of this environment"):
+        reward_weight_vector(probe_suite(), (("bonus", 0.0),))
 
 
 def test_truncation_values_on_every_path():

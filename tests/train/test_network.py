@@ -189,9 +189,11 @@ def train_probe(kind: str, critic: str):
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
 
 
-@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate"), ("conv", "separate")])
+@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate")])
 def test_each_network_learns_the_probes(kind, critic):
-    # (the MLP with a shared trunk is tested on the flat probes in test_learner.py)
+    # Each kind and each critic learns: the MLP with a shared trunk on the flat probes in
+    # test_learner.py, the others here. (conv with a separate critic, their composition,
+    # is shape-checked above; training it here took the longest of the suite's tests.)
     learned = train_probe(kind, critic)
     expected = {"constant": 1.0, "positive": 1.0, "negative": -1.0, "discount_first": GAMMA,
                 "discount_second": 1.0, "credit": 1.0, "masked": 1.0, "loop": 1.0 / (1.0 - GAMMA)}

@@ -51,7 +51,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     updates_per_call: int | None = _CONFIG.updates_per_call  # PPO updates fused into one compiled call (>= 1); default: auto.
     devices: int | None = _CONFIG.devices  # Use only the first N devices (1..available); default: all.
     num_seeds: int = _CONFIG.num_seeds  # Train a population of N members with seeds SEED, SEED+1, ... in one program (1..1024).
-    reward_weights: list[str] = []  # Train on a reweighted reward, e.g. distance=0: TERM=WEIGHT per reward term (others 1; docs/learning.md).
+    reward_weights: list[str] = []  # Train on the reward terms reweighted: TERM=WEIGHT ... (others 1); default: the env's (game: distance=0).
     sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/populations.md.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
@@ -82,7 +82,8 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     def train_config(self) -> TrainConfig:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(TrainConfig)}
         fields["sweep"] = self.parsed_sweep
-        fields["reward_weights"] = self.parsed_reward_weights
+        # not given: the config's default (None, the env's own default weights)
+        fields["reward_weights"] = self.parsed_reward_weights if self.reward_weights else _CONFIG.reward_weights
         return TrainConfig(**fields)
 
     def run_options(self) -> RunOptions:

@@ -30,10 +30,12 @@ off.
 
 Reward weights. `reward_weights` trains on a weighted sum of the env's reward terms
 (`info["reward_terms"]`) instead of its reward: each named term gets its weight, every
-other term weight 1. The game and its reward are unchanged (evaluation and the episode
-returns in the logs are the game's); only what the learner maximises changes. The
-names are checked against the env's terms when a run is built
-(`hm.train.learner.reward_weight_vector`). They are part of the program, not swept.
+other term weight 1; `()` is the env's own reward, and `None` (the default) the env's
+`default_reward_weights`, which for the game drop the exit-distance shaping. The game
+and its reward are unchanged (evaluation and the episode returns in the logs are the
+game's); only what the learner maximises changes. The names are checked against the
+env's terms when a run is built (`hm.train.learner.reward_weight_vector`). They are part
+of the program, not swept.
 
 Curriculum. `curriculum` is the share of new training episodes that start at a later
 stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who got there
@@ -123,9 +125,10 @@ class TrainConfig:
     updates_per_call: int | None = None
     devices: int | None = None
     num_seeds: int = 1
-    # ((term, weight), ...): the training reward's weight of each named reward term
-    # (the others weigh 1); () trains on the env's own reward (docs/learning.md#reward-weights)
-    reward_weights: tuple[tuple[str, float], ...] = ()
+    # ((term, weight), ...): the training reward's weight of each named reward term (the
+    # others weigh 1); () the env's own reward; None the env's default_reward_weights
+    # (for the game: distance=0, docs/learning.md#reward-weights)
+    reward_weights: tuple[tuple[str, float], ...] | None = None
     # ((field, (value, ...)), ...): one member per combination (see `members`).
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
@@ -294,7 +297,8 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
                  "curriculum"):
         fields[name] = float(fields[name])
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
-    fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
+    if config.reward_weights is not None:
+        fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
     return ResolvedConfig(**fields)
 
 
@@ -411,6 +415,8 @@ def validate(config: TrainConfig, num_devices: int) -> None:
 def _check_reward_weights(config: TrainConfig) -> None:
     """Each entry a (term name, finite number) pair, each name once. Whether the env has
     such terms is checked when the run is built (`hm.train.learner.reward_weight_vector`)."""
+    if config.reward_weights is None:
+        return
     seen = set()
     for entry in config.reward_weights:
         if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]):
@@ -497,7 +503,7 @@ def from_dict(data: dict[str, Any]) -> TrainConfig | ResolvedConfig:
         data["auto"] = tuple(data["auto"])
     if "sweep" in data:
         data["sweep"] = tuple((name, tuple(values)) for name, values in data["sweep"])
-    if "reward_weights" in data:
+    if data.get("reward_weights") is not None:
         data["reward_weights"] = tuple((name, weight) for name, weight in data["reward_weights"])
     try:
         return cls(**data)

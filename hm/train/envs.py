@@ -26,7 +26,7 @@ episode counters a user of `hm.env` gets:
 """
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -52,6 +52,10 @@ class AbstractEnv(eqx.Module):
     obs_size: eqx.AbstractVar[int]
     num_actions: eqx.AbstractVar[int]
     reward_terms: eqx.AbstractVar[tuple[str, ...]]
+    # What the learner maximises unless `--reward-weights` says otherwise: each named
+    # term's weight, the others 1 (`hm.train.learner.reward_weight_vector`); () is the
+    # env's own reward.
+    default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = ()
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
@@ -162,6 +166,9 @@ class HackMatrixEnv(_HackMatrixShaped):
     obs_size: int = eqx.field(static=True, default=C.OBS_FLAT_SIZE)
     num_actions: int = eqx.field(static=True, default=C.NUM_ACTIONS)
     reward_terms: tuple[str, ...] = eqx.field(static=True, default=C.REWARD_TERMS)
+    # Train without the exit-distance shaping, which pays for approaching the exit and
+    # nothing for leaving it, so agents learned to pace beside it (docs/learning.md#reward-weights).
+    default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = (("distance", 0.0),)
 
     def reset(self, key):
         return self.start(key, EnvParams())   # the default params: an ordinary game

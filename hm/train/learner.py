@@ -166,23 +166,24 @@ class Samples(eqx.Module):
     target: Float[Array, "T n"]
 
 
-def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...]) -> np.ndarray | None:
-    """The training reward's weight of each of the env's reward terms, in its order; None
-    for `()` (train on the env's own reward, exactly).
+def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...] | None) -> np.ndarray | None:
+    """The training reward's weight of each of the env's reward terms, in its order.
+
+    `weights` names terms and their weights (the others weigh 1); None means the env's
+    `default_reward_weights`. Returns None when every weight is 1: the learner then uses
+    the env's reward itself, exactly.
 
     Raises:
         ConfigError: a name that is not one of the env's reward terms (names `--reward-weights`).
     """
-    if not weights:
-        return None
     vector = np.ones(len(env.reward_terms), np.float32)
-    for name, weight in weights:
+    for name, weight in env.default_reward_weights if weights is None else weights:
         if name not in env.reward_terms:
             raise config_lib.ConfigError(
                 "--reward-weights", f"--reward-weights {name}: not a reward term of this environment; its "
                                     f"terms are {', '.join(env.reward_terms)}")
         vector[env.reward_terms.index(name)] = weight
-    return vector
+    return None if np.all(vector == 1.0) else vector
 
 
 def make_optimizer(lr, max_grad_norm) -> optax.GradientTransformation:

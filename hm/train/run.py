@@ -291,6 +291,11 @@ class Trainer:
                 stored = config_from_dict(meta.config)  # JSON lists back to the config's tuples
                 config = dataclasses.replace(config, **{k: getattr(stored, k) for k in known if k in meta.config})
 
+        if meta is not None and "reward_weights" not in meta.config and "reward_weights" not in (explicit or ()):
+            # a run from before reward weights trained on the env's own reward: so does its resume
+            config = dataclasses.replace(config, reward_weights=())
+        if config.reward_weights is None:
+            config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
         validate(config, jax.device_count())
         reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
         self.config = config

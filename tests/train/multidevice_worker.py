@@ -25,11 +25,12 @@ from hm.train.learner import init, make_train_fn, total_env_steps
 
 def config(devices: int) -> TrainConfig:
     # 6 steps, 4 minibatches: groups of 2 env slots (the general minibatch layout); a
-    # population of 2 learning rates x 2 seeds, so members and devices are both exercised
+    # population of 2 learning rates x 2 seeds, so members and devices are both exercised;
+    # value normalisation on, so its statistics (means over every device) are compared too
     return TrainConfig(num_envs=16, num_steps=6, total_timesteps=16 * 6 * 2, hidden_dim=32,
                        num_minibatches=4, update_epochs=2, updates_per_call=2, lr=5e-3, gamma=0.9,
                        ent_coef=0.01, max_episode_steps=5, precision="f32", devices=devices,
-                       num_seeds=2, sweep=(("lr", (5e-3, 1e-3)),))
+                       value_norm=0.1, num_seeds=2, sweep=(("lr", (5e-3, 1e-3)),))
 
 
 def train_one_chunk(devices: int):

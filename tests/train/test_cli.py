@@ -152,7 +152,7 @@ def test_defaults_match_train_config():
 def test_reward_weights_parse_into_the_config():
     args = TrainArgs(prog="bin/train").parse_args(["--reward-weights", "distance=0", "siphon-death=0.5"])
     assert args.train_config().reward_weights == (("distance", 0.0), ("siphon_death", 0.5))
-    assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights == ()
+    assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights is None  # the env's default
 
 
 def test_explicit_fields_reads_both_flag_forms():

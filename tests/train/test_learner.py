@@ -14,6 +14,7 @@ from probes import PROBE_STATES, probe_suite
 
 from hm.train import distributions
 from hm.train.config import ConfigError, TrainConfig, resolve
+from hm.train.envs import HackMatrixEnv
 from hm.train.learner import (
     Learner,
     Samples,
@@ -206,6 +207,16 @@ def test_reward_weights_change_what_is_learned_from_not_the_game():
     np.testing.assert_array_equal(weighted_stats.episode_return, plain_stats.episode_return)
     with pytest.raises(ConfigError, match="--reward-weights bonus: not a reward term of this environment"):
         reward_weight_vector(probe_suite(), (("bonus", 0.0),))
+
+
+def test_the_games_default_weights_drop_only_the_distance_term():
+    game = HackMatrixEnv()
+    vector = reward_weight_vector(game, None)
+    assert vector.tolist() == [0.0 if name == "distance" else 1.0 for name in game.reward_terms]
+    # every weight 1: the env's own reward, exactly (no weighted sum at all)
+    assert reward_weight_vector(game, (("distance", 1.0),)) is None
+    assert reward_weight_vector(game, ()) is None, "(): the env's own reward"
+    assert reward_weight_vector(probe_suite(), None) is None, "an env without defaults: its own reward"
 
 
 def test_truncation_values_on_every_path():

@@ -47,7 +47,7 @@ def layouts(tmp_path_factory):
 @pytest.mark.parametrize("devices", [4])
 def test_update_on_several_devices_matches_one(layouts, devices):
     one, many = _params(layouts / "params_1.npz"), _params(layouts / f"params_{devices}.npz")
-    assert len(one) == len(many) == 8
+    assert len(one) == len(many) == 10   # 2 trunk layers, 2 heads (weight, bias), value shift and scale
     for a, b in zip(one, many):
         assert a.shape[0] == 4, "a population of 4 members (2 learning rates x 2 seeds)"
         assert a.shape == b.shape and a.dtype == b.dtype == np.float32
@@ -57,6 +57,8 @@ def test_update_on_several_devices_matches_one(layouts, devices):
     assert summary[str(devices)]["episodes"] == summary["1"]["episodes"]
     assert summary[str(devices)]["loss"] == pytest.approx(summary["1"]["loss"], rel=1e-5)
     assert len(set(summary["1"]["loss"])) == 4, "the members differ"
+    shift, scale = one[-2], one[-1]
+    assert np.all(shift != 0.0) and np.all(scale != 1.0), "the value statistics moved"
 
 
 @pytest.mark.slow

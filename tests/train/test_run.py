@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from pathlib import Path
 
 import equinox as eqx
@@ -76,7 +77,8 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["config"] == json.loads(json.dumps(dataclasses.asdict(TINY)))
+    # the env's default reward weights (NullEnv: none) are written out concretely
+    assert config["config"] == json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(TINY, reward_weights=()))))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
 
@@ -155,7 +157,41 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     # As the command line does it: every field at its default, only ent_coef given.
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
-    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05)
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=())
+
+
+class ShapedNullEnv(NullEnv):
+    """NullEnv with default reward weights, as the game has."""
+
+    default_reward_weights = (("distance", 0.0),)
+
+
+def test_reward_weights_default_to_the_envs_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
+    def trainer(name, config=TINY, **options):
+        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
+        return Trainer(config, options, env=ShapedNullEnv(), console=io.StringIO())
+
+    first = trainer("shaped")
+    assert first.config.reward_weights == first.resolved.reward_weights == (("distance", 0.0),)
+    first.call()
+    path = first.save()
+    first.close()
+    # the same checkpoint as an older version wrote it: no reward_weights in its config
+    older = tmp_path / "older.ckpt"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(older, "w") as target:
+        for entry in source.namelist():
+            data = source.read(entry)
+            if entry == "meta.json":
+                meta = json.loads(data)
+                del meta["config"]["reward_weights"]
+                data = json.dumps(meta).encode()
+            target.writestr(entry, data)
+    resumed = trainer(None, resume=older)
+    assert resumed.config.reward_weights == (), "it trained on the env's own reward, and goes on so"
+    resumed.close()
+    again = trainer(None, resume=path)
+    assert again.config.reward_weights == (("distance", 0.0),)
+    again.close()
 
 
 def test_resume_with_other_num_envs_keeps_weights_and_says_so(make_trainer, tmp_path):

@@ -59,6 +59,14 @@ _NAME = re.compile(r"^ckpt_(\d{8,})\.ckpt$")
 _TEMP_SUFFIX = ".tmp"
 
 
+def _format_2_members(raw_meta: dict[str, Any]) -> int | None:
+    """The member count of a format-2 checkpoint (from its raw meta), whose value
+    statistics are read as the identity; None for any other format."""
+    if raw_meta.get("format") != _FORMAT_2:
+        return None
+    return raw_meta["leaves"][_MEMBERS_LEAF][0][0]
+
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be used here; the message says why."""
 
@@ -126,8 +134,8 @@ class CheckpointMeta:
     @classmethod
     def from_json(cls, text: str) -> "CheckpointMeta":
         raw = json.loads(text)
-        if raw.get("format") == _FORMAT_2:
-            members = raw["leaves"][_MEMBERS_LEAF][0][0]
+        members = _format_2_members(raw)
+        if members is not None:
             raw["leaves"].update({name: [[members], "float32"] for name in _VALUE_STATISTICS})
             raw["format"] = FORMAT
         if raw.get("format") != FORMAT:
@@ -301,11 +309,10 @@ def read_arrays(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, np.
                 if entry.startswith(_LEAF_DIR) and entry.endswith(".npy") and name.startswith(prefix):
                     with archive.open(entry) as file:
                         arrays[name] = np.lib.format.read_array(file, allow_pickle=False)
-            earlier = json.loads(archive.read(_META).decode()).get("format") == _FORMAT_2
+            members = _format_2_members(json.loads(archive.read(_META).decode()))
     except (zipfile.BadZipFile, KeyError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error})") from error
-    if earlier:
-        members = read_meta(path).leaves[_MEMBERS_LEAF][0][0]
+    if members is not None:
         arrays.update({name: np.full((members,), value, np.float32)
                        for name, value in _VALUE_STATISTICS.items() if name.startswith(prefix)})
     return arrays

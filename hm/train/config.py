@@ -42,6 +42,16 @@ stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who go
 might hold (docs/learning.md#curriculum); 0 trains on ordinary games only. Evaluation
 always plays ordinary games from stage 1.
 
+Teacher (kickstarting). `teacher_coef` > 0 adds to the loss that coefficient times the
+cross-entropy between the policy and a scripted teacher's action (the env's
+`teacher_actions`; for the game, the greedy player of `bin/evaluate --baseline greedy`),
+on the states the agent itself visits (Schmitt et al., "Kickstarting Deep Reinforcement
+Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps, after
+which the teacher is no longer run and training is plain PPO. The teacher labels one env
+slot in every `teacher_every` (it simulates every legal action, so labelling costs about
+28 env steps each); the agent always acts by its own policy. 0 (the default) turns it
+off and leaves the program as it was. docs/learning.md#teacher has the curves.
+
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
 `seed, seed + 1, ...`. Only the hyper-parameters in `SWEEPABLE` can be swept: they are
@@ -71,7 +81,7 @@ MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
-             "value_norm", "curriculum", "curriculum_max_stage")
+             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -129,6 +139,11 @@ class TrainConfig:
     # others weigh 1); () the env's own reward; None the env's default_reward_weights
     # (for the game: distance=0, docs/learning.md#reward-weights)
     reward_weights: tuple[tuple[str, float], ...] | None = None
+    # docs/learning.md#teacher: weight of the cross-entropy to the env's scripted teacher,
+    # falling linearly to 0 at teacher_steps env steps; 0 off
+    teacher_coef: float = 0.0
+    teacher_steps: int = 5_000_000
+    teacher_every: int = 4       # the teacher labels env slots 0, k, 2k, ... (global index)
     # ((field, (value, ...)), ...): one member per combination (see `members`).
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
@@ -294,7 +309,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto),
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum"):
+                 "curriculum", "teacher_coef"):
         fields[name] = float(fields[name])
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     if config.reward_weights is not None:
@@ -408,8 +423,22 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     if config.seed + config.num_seeds - 1 > MAX_SEED:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
+    _check_float(config, "teacher_coef", 0.0, None)
+    _check_int(config, "teacher_steps", 1)
+    _check_int(config, "teacher_every", 1)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)
+    if uses_teacher(config) and config.num_envs % (config.teacher_every * devices):
+        raise ConfigError(
+            "--teacher-every",
+            f"--teacher-every must divide each device's share of --num-envs ({config.num_envs} / "
+            f"{devices} device(s)); got {config.teacher_every!r}")
+
+
+def uses_teacher(config: TrainConfig) -> bool:
+    """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
+    swept = [values for name, values in config.sweep if name == "teacher_coef"]
+    return config.teacher_coef > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
 
 
 def _check_reward_weights(config: TrainConfig) -> None:

@@ -36,6 +36,7 @@ from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt
 
 from hm.env import Environment, EnvParams, EnvState, HackMatrix
 from hm.game import constants as C
+from hm.tools import greedy
 
 
 class EnvInfo(eqx.Module):
@@ -56,6 +57,8 @@ class AbstractEnv(eqx.Module):
     # term's weight, the others 1 (`hm.train.learner.reward_weight_vector`); () is the
     # env's own reward.
     default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = ()
+    # The name of the scripted teacher `teacher_actions` runs (`--teacher-coef`); None: none.
+    teacher: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
@@ -90,6 +93,12 @@ class AbstractEnv(eqx.Module):
         fresh, fresh_obs = self.start(key, params)
         return (jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state),
                 jnp.where(done, fresh_obs, obs))
+
+    def teacher_actions(self, states: PyTree, mask: Bool[Array, "n actions"],
+                        keys: Key[Array, " n"]) -> Int32[Array, " n"]:
+        """The scripted teacher's action in each of a batch of states (leading axis n),
+        state i's randomness from `keys[i]` alone. Envs with a `teacher` override it."""
+        raise NotImplementedError(f"{type(self).__name__} has no teacher")
 
     def encode_obs(self, obs: Float[Array, " obs"]) -> PyTree:
         """A compact form of `obs` for the rollout buffer; `decode_obs` inverts it exactly."""
@@ -169,6 +178,8 @@ class HackMatrixEnv(_HackMatrixShaped):
     # Train without the exit-distance shaping, which pays for approaching the exit and
     # nothing for leaving it, so agents learned to pace beside it (docs/learning.md#reward-weights).
     default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = (("distance", 0.0),)
+    # the greedy scripted player of `bin/evaluate --baseline greedy` (hm.tools.greedy)
+    teacher: ClassVar[str | None] = "greedy"
 
     def reset(self, key):
         return self.start(key, EnvParams())   # the default params: an ordinary game
@@ -192,6 +203,9 @@ class HackMatrixEnv(_HackMatrixShaped):
     def reset_where(self, done, state, obs, key, params):
         obs, state = HackMatrix().reset_env_where(done, key, state, obs, params)
         return state, obs
+
+    def teacher_actions(self, states, mask, keys):
+        return greedy.choose_each(states, mask, keys)
 
 
 class NullState(eqx.Module):

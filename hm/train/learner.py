@@ -21,8 +21,8 @@ device count for the same global batch.
 Populations. A run trains P members (P = 1 for a single run; `--num-seeds`, `--sweep`):
 every per-member leaf of the state leads with a member axis, and the members'
 hyper-parameters (`Hyper`: lr, entropy and value coefficients, clip range, gamma, GAE
-lambda, gradient clip, the value statistics' step, and the curriculum's share and
-highest stage) are an argument of
+lambda, gradient clip, the value statistics' step, the curriculum's share and highest
+stage, and the teacher's weight) are an argument of
 the program, traced values, so members can differ in them and share one compiled program. The rollout steps all members' env
 slots as one flat batch; networks and gradient steps are `vmap`ped over members.
 Member i of a population computes what the single run with its seed computes.
@@ -114,6 +114,7 @@ class Hyper(eqx.Module):
     value_norm: HyperValue                 # step of the value statistics (PopArt); 0: off
     curriculum: HyperValue                 # share of new episodes that are curriculum starts
     curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
+    teacher_coef: HyperValue               # weight of the teacher's cross-entropy (annealed by `update`)
 
 
 def make_hyper(resolved: ResolvedConfig) -> Hyper:
@@ -139,6 +140,8 @@ class Trajectory(eqx.Module):
     done: Bool[Array, "*T P n"]
     truncated: Bool[Array, "*T P n"]
     bootstrap_value: Float[Array, "*T P n"]   # value of the truncated state's observation
+    # the scripted teacher's action on the slots it labels, -1 elsewhere; None without a teacher
+    teacher_action: Int32[Array, "*T P n"] | None = None
 
 
 class StepStats(eqx.Module):
@@ -164,6 +167,7 @@ class Samples(eqx.Module):
     log_prob: Float[Array, "T n"]
     advantage: Float[Array, "T n"]
     target: Float[Array, "T n"]
+    teacher_action: Int32[Array, "T n"] | None = None
 
 
 def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...] | None) -> np.ndarray | None:
@@ -184,6 +188,29 @@ def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...
                                     f"terms are {', '.join(env.reward_terms)}")
         vector[env.reward_terms.index(name)] = weight
     return None if np.all(vector == 1.0) else vector
+
+
+def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
+    """Refuse a teacher (`teacher_coef` > 0) for an env that has none.
+
+    Raises:
+        ConfigError: naming `--teacher-coef`.
+    """
+    if config_lib.uses_teacher(config) and env.teacher is None:
+        raise config_lib.ConfigError("--teacher-coef", f"--teacher-coef: {type(env).__name__} has no scripted "
+                                                       "teacher; leave --teacher-coef at 0")
+
+
+# The teacher draws its randomness from each step's key folded with this (a stream of its
+# own: the agent's actions and the env's steps keep the keys they have without a teacher).
+TEACHER_STREAM = 0x7EAC
+
+
+def teacher_weight(coef: HyperValue, env_steps: UInt32[Array, "2"], teacher_steps: int) -> HyperValue:
+    """The teacher's weight after `env_steps` env steps: `coef`, falling linearly to 0
+    at `teacher_steps`."""
+    done = env_steps[1].astype(jnp.float32) * 2.0**32 + env_steps[0].astype(jnp.float32)
+    return coef * jnp.clip(1.0 - done / teacher_steps, 0.0, 1.0)
 
 
 def make_optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
@@ -353,6 +380,7 @@ class Learner(eqx.Module):
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
         weights = reward_weight_vector(self.env, self.config.reward_weights)
+        teach = config_lib.uses_teacher(self.config)
 
         def step(envs: VecEnvState, t):
             both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
@@ -364,6 +392,7 @@ class Learner(eqx.Module):
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
                                         _flat(self._per_env_keys(env_keys)),
                                         self.config.max_episode_steps, *curriculum)
+            teacher_action = self.teacher_actions(envs, steps_keys, t, hyper) if teach else None
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             # what the learner maximises: the env's reward, or its terms reweighted
@@ -371,7 +400,7 @@ class Learner(eqx.Module):
             transition = Trajectory(
                 obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
                 action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
-                truncated=out.truncated, bootstrap_value=bootstrap)
+                truncated=out.truncated, bootstrap_value=bootstrap, teacher_action=teacher_action)
             finished = out.done | out.truncated
             stats = StepStats(
                 episodes=jnp.sum(finished, axis=1, dtype=jnp.int32),
@@ -391,6 +420,25 @@ class Learner(eqx.Module):
         totals = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
         totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage, axis=0))
         return envs, trajectory, totals
+
+    def teacher_actions(self, envs: VecEnvState, steps_keys: Key[Array, " P"], t: Int32[Array, ""],
+                        hyper: Hyper) -> Int32[Array, "P n"]:
+        """The teacher's action on the slots it labels (global index a multiple of
+        `teacher_every`), -1 on the others; all -1, without running the teacher, once
+        every member's teacher weight (`hyper`, already annealed) is 0."""
+        members, n, every = self.members, self.local_envs, self.config.teacher_every
+        none = jnp.full((members, n), -1, jnp.int32)
+
+        def label():
+            keys = jax.vmap(lambda key: jax.random.fold_in(jax.random.fold_in(key, t), TEACHER_STREAM))(steps_keys)
+            # `teacher_every` divides the slots of each device, so local slot i is labelled
+            # exactly when its global index is.
+            pick = lambda x: x[:, ::every]  # noqa: E731
+            actions = self.env.teacher_actions(_flat(jax.tree.map(pick, envs.state)), _flat(pick(envs.mask)),
+                                               _flat(pick(self._per_env_keys(keys))))
+            return none.at[:, ::every].set(actions.reshape(members, -1))
+
+        return lax.cond(jnp.any(hyper.teacher_coef > 0), label, lambda: none)
 
     def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
         """One member's assignment of samples to minibatches for one epoch.
@@ -425,12 +473,13 @@ class Learner(eqx.Module):
         picked = jax.tree.map(take, samples)
         return ppo.Minibatch(obs=jax.vmap(self.env.decode_obs)(picked.obs), mask=picked.mask,
                              action=picked.action, log_prob=picked.log_prob,
-                             advantage=picked.advantage, target=picked.target)
+                             advantage=picked.advantage, target=picked.target,
+                             teacher_action=picked.teacher_action)
 
     def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch, hyper: Hyper):
         """One member's gradient step (`hyper` holds its scalars)."""
         coefficients = ppo.LossCoefficients(clip_eps=hyper.clip_eps, vf_coef=hyper.vf_coef,
-                                            ent_coef=hyper.ent_coef)
+                                            ent_coef=hyper.ent_coef, teacher_coef=hyper.teacher_coef)
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
         (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
         if self.axis_name is not None:
@@ -480,6 +529,9 @@ class Learner(eqx.Module):
         minibatch steps, [P]) and its rollout statistics (totals over every device).
         """
         config = self.config
+        # the teacher's weight at this update's start (a constant through the update)
+        hyper = eqx.tree_at(lambda h: h.teacher_coef, hyper,
+                            teacher_weight(hyper.teacher_coef, state.env_steps, config.teacher_steps))
         split = jax.vmap(lambda data: jax.random.split(_key(data), 3))(state.key)
         next_keys, rollout_keys, epochs_keys = split[:, 0], split[:, 1], split[:, 2]
         envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_keys, hyper)
@@ -491,13 +543,16 @@ class Learner(eqx.Module):
                                           hyper.gamma, hyper.gae_lambda)
             params = self.normalise_values(params, targets, hyper.value_norm, state.update)
             samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
-                              log_prob=trajectory.log_prob, advantage=advantages, target=targets)
+                              log_prob=trajectory.log_prob, advantage=advantages, target=targets,
+                              teacher_action=trajectory.teacher_action)
             params, opt_state, metrics = self.train_epochs(params, opt_state, samples, key, hyper)
             metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets,
                                                                        self.axis_name)
             metrics["ppo/lr"] = hyper.lr
             metrics["value/shift"] = params.value_shift
             metrics["value/scale"] = params.value_scale
+            if trajectory.teacher_action is not None:
+                metrics["teacher/coef"] = hyper.teacher_coef
             return params, opt_state, metrics
 
         # The trajectory is [T, P, n]: each member's share is taken along axis 1.
@@ -684,7 +739,10 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     Metrics (replicated, one value per member: shape [P]): `loss/{total,policy,value,entropy}`,
     `ppo/{approx_kl,clip_frac,explained_variance,grad_norm,lr}` averaged over every
     minibatch step of the call; `value/{shift,scale}` the value statistics (PopArt; 0 and
-    1 without `--value-norm`), averaged over the call's updates; `episode/{return,length,highest_stage,win_rate}` means
+    1 without `--value-norm`), averaged over the call's updates; with a teacher,
+    `loss/teacher` (its cross-entropy on the labelled samples), `teacher/agreement` (the
+    share of them where the policy's likeliest action is the teacher's) and
+    `teacher/coef` (its annealed weight); `episode/{return,length,highest_stage,win_rate}` means
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env
@@ -697,6 +755,7 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
         raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
                          f"for {resolved.devices}")
     reward_weight_vector(env, resolved.reward_weights)  # a bad term name fails here, naming the flag
+    check_teacher(env, resolved)
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)

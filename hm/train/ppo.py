@@ -61,6 +61,8 @@ class Minibatch(eqx.Module):
     log_prob: Float[Array, " B"]      # under the sampling policy and mask
     advantage: Float[Array, " B"]
     target: Float[Array, " B"]        # value target (GAE return)
+    # a scripted teacher's action where it labelled the sample, -1 elsewhere; None: no teacher
+    teacher_action: Int32[Array, " B"] | None = None
 
 
 class LossCoefficients(eqx.Module):
@@ -69,6 +71,7 @@ class LossCoefficients(eqx.Module):
     clip_eps: float | Float[Array, ""]
     vf_coef: float | Float[Array, ""]
     ent_coef: float | Float[Array, ""]
+    teacher_coef: float | Float[Array, ""] = 0.0
 
 
 def _mean(x: Array, axis_name: str | None) -> Array:
@@ -90,7 +93,8 @@ def loss(
     precision: str,
     axis_name: str | None = None,
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
-    """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy.
+    """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy
+    (+ teacher_coef * the teacher's cross-entropy, when the batch has teacher actions).
 
     The value error is measured in the value head's normalised units: divided by the
     network's `value_scale` (PopArt; 1 unless the learner normalises values), so that
@@ -120,6 +124,10 @@ def loss(
     value_loss = 0.5 * jnp.mean(jnp.square(value_errors))
     entropy = jnp.mean(distributions.entropy(logits, batch.mask))
     total = policy_loss + coefficients.vf_coef * value_loss - coefficients.ent_coef * entropy
+    teacher_metrics = {}
+    if batch.teacher_action is not None:
+        teacher_loss, teacher_metrics = _teacher_loss(logits, batch, axis_name)
+        total = total + coefficients.teacher_coef * teacher_loss
     metrics = {
         "loss/total": total,
         "loss/policy": policy_loss,
@@ -127,10 +135,33 @@ def loss(
         "loss/entropy": entropy,
         "ppo/approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
         "ppo/clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > coefficients.clip_eps).astype(jnp.float32)),
+        **teacher_metrics,
     }
     if axis_name is not None:
         metrics = lax.pmean(metrics, axis_name)
     return total, metrics
+
+
+def _teacher_loss(logits: Float[Array, "B actions"], batch: Minibatch, axis_name: str | None
+                  ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """The policy's cross-entropy to the teacher's action, averaged over the samples the
+    teacher labelled (over the global minibatch; 0 when it labelled none), and the share
+    of them where the policy's likeliest action is the teacher's.
+
+    Like the other terms it is this device's share: its sum over the local labelled
+    samples, divided by the global labelled share times the local batch, so that the
+    gradients' `pmean` over devices is the gradient of the global mean.
+    """
+    taught = batch.teacher_action >= 0
+    # an unlabelled sample scores the action it took (any legal action would do: the
+    # teacher's -1 is not an action, and `where` discards the value)
+    target = jnp.where(taught, batch.teacher_action, batch.action)
+    cross_entropy = -distributions.log_prob(logits, batch.mask, target)
+    share = lax.stop_gradient(jnp.maximum(_mean(taught.astype(jnp.float32), axis_name), 1e-12))
+    loss = jnp.mean(jnp.where(taught, cross_entropy, 0.0)) / share
+    likeliest = jnp.argmax(jnp.where(batch.mask, logits.astype(jnp.float32), -jnp.inf), axis=-1)
+    agreement = jnp.mean((taught & (likeliest == batch.teacher_action)).astype(jnp.float32)) / share
+    return loss, {"loss/teacher": loss, "teacher/agreement": agreement}
 
 
 # The smallest standard deviation the value statistics take (targets that hardly vary

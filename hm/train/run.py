@@ -51,7 +51,7 @@ from hm.train.config import ConfigError, to_dict
 from hm.train.config import from_dict as config_from_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
-from hm.train.learner import reward_weight_vector
+from hm.train.learner import check_teacher, reward_weight_vector
 from hm.train.logging import (
     RunLogger,
     format_config,
@@ -298,6 +298,7 @@ class Trainer:
             config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
         validate(config, jax.device_count())
         reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
+        check_teacher(self.env, config)
         self.config = config
         configure_compile_cache(options.compile_cache)
         self.resolved = resolve(config, jax.default_backend(), jax.device_count())

@@ -18,7 +18,7 @@ import pytest
 
 from hm import game
 from hm.game import constants as C
-from hm.tools import evaluate, players, policy
+from hm.tools import evaluate, greedy, players, policy
 from hm.train.network import Network
 
 EPISODES = 8
@@ -118,6 +118,24 @@ def test_greedy_takes_the_exit(greedy_choices):
 
 def test_greedy_breaks_exact_ties_at_random(greedy_choices):
     assert set(greedy_choices[:, 1].tolist()) == {UP, RIGHT}
+
+
+def test_greedy_choose_each_decides_each_game_from_its_own_key():
+    """The teacher's entry point (`greedy.choose_each`): a game's choice depends on its
+    own state and key only, not on the rest of the batch; it takes the exit when next to it."""
+    states = jax.tree.map(lambda *x: jnp.stack(x), scenario(row=5, col=4), scenario(row=2, col=2))
+    mask = jax.vmap(game.legal_actions)(states)
+    choose = eqx.filter_jit(greedy.choose_each)
+    swap = lambda tree: jax.tree.map(lambda x: x[::-1], tree)  # noqa: E731
+    second_choices = set()
+    for k in range(8):
+        keys = jax.random.split(jax.random.key(k), 2)
+        chosen = np.asarray(choose(states, mask, keys))
+        swapped = np.asarray(choose(swap(states), swap(mask), swap(keys)))
+        np.testing.assert_array_equal(chosen, swapped[::-1])
+        assert chosen[0] == RIGHT
+        second_choices.add(int(chosen[1]))
+    assert second_choices <= {UP, RIGHT}
 
 
 def test_greedy_scores_only_legal_actions():

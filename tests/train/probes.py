@@ -12,9 +12,14 @@ training run checks them all:
 * "loop": reward +1 forever, cut at max_episode_steps -> V = 1/(1-gamma) only if
   truncation is bootstrapped (as death it would be about (1-gamma^k)/(1-gamma)).
 
+`LastLegal` adds a scripted teacher (the highest-numbered legal action) to a tabular MDP;
+`taught_probe_suite()` is the probe suite with it.
+
 `GridProbe` shows the same MDP in the game's observation layout, for networks that
 read the board.
 """
+
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -95,6 +100,22 @@ def probe_suite() -> TabularEnv:
     terminal[index["loop"]] = False
     start = np.array([name in STARTS for name in PROBE_STATES], np.float64)
     return TabularEnv(reward, next_state, terminal, legal, start / start.sum())
+
+
+class LastLegal(TabularEnv):
+    """A tabular MDP whose teacher always says the highest-numbered legal action."""
+
+    teacher: ClassVar[str | None] = "last-legal"
+
+    def teacher_actions(self, states, mask, keys):
+        return (mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
+
+
+def taught_probe_suite() -> LastLegal:
+    """The probe suite with the last-legal teacher; its rewards vary, so the
+    advantages are well conditioned and runs can be compared to float rounding."""
+    suite = probe_suite()
+    return LastLegal(suite.reward, suite.next_state, suite.terminal, suite.legal, np.exp(suite.start_logits))
 
 
 class GridProbe(AbstractEnv):

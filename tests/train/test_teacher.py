@@ -11,14 +11,13 @@ checked in tests/tools/test_evaluate.py beside the greedy baseline.)
 """
 
 import dataclasses
-from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from probes import TabularEnv, probe_suite
+from probes import LastLegal, taught_probe_suite
 
 from hm.train import NullEnv, TrainConfig, distributions, member_of, ppo, to_host
 from hm.train.config import ConfigError, resolve, validate
@@ -29,27 +28,11 @@ from hm.train.network import Network, evaluate
 TEACHER_ACTION = 2
 
 
-class LastLegal(TabularEnv):
-    """A tabular MDP whose teacher always says the highest-numbered legal action."""
-
-    teacher: ClassVar[str | None] = "last-legal"
-
-    def teacher_actions(self, states, mask, keys):
-        return (mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
-
-
 def no_reward() -> LastLegal:
     """One state, three legal actions that all pay 0 and end the episode: only the
     teacher (action 2) can move the policy here."""
     return LastLegal(reward=np.zeros((1, 3)), next_state=np.zeros((1, 3), int), terminal=np.ones((1, 3), bool),
                      legal=np.ones((1, 3), bool), start_probs=np.ones(1))
-
-
-def taught_probe_suite() -> LastLegal:
-    """The probe suite (probes.py) with the last-legal teacher; its rewards vary, so the
-    advantages are well conditioned and runs can be compared to float rounding."""
-    suite = probe_suite()
-    return LastLegal(suite.reward, suite.next_state, suite.terminal, suite.legal, np.exp(suite.start_logits))
 
 
 PROBE = TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 8, hidden_dim=16, num_layers=1,

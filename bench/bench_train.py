@@ -12,10 +12,15 @@ added (100 %: the game costs nothing).
     python -m bench.bench_train --compile-cache /tmp/cache   # run twice: warm-cache start
     python -m bench.bench_train --env game --network mlp conv   # networks side by side
     python -m bench.bench_train --env game --num-seeds 1 4        # a population of 4 beside one run
+    python -m bench.bench_train --env game --teacher-every 0 8 4  # the greedy teacher's cost (0: none)
 
 A population (`--num-seeds N`, N members in one program, `num_envs` env slots each)
 reports its steps per second summed over the members, so a population of N that is
 as efficient as N runs one after another reports the single run's number.
+
+With a teacher (`--teacher-every N`, the game only) the run trains with `--teacher-coef 1`
+and a `--teacher-steps` far beyond the benchmark, so every timed call runs the greedy
+teacher on one env slot in N: the cost of the first `--teacher-steps` of a run.
 
 Each result also reports the network's floating-point operations per sample (forward,
 and forward + parameter gradient, as XLA counts them) and per env step of PPO (one
@@ -25,6 +30,7 @@ Compile time is measured with the persistent compilation cache off, unless
 `--compile-cache DIR` is given: then a second run measures a restart with a warm cache.
 """
 
+import dataclasses
 import pathlib
 import time
 from typing import Any, Literal
@@ -45,6 +51,7 @@ class Args(Tap):
     network: list[Literal["mlp", "conv"]] = ["mlp"]  # network kind(s); several are timed interleaved
     critic: Literal["shared", "separate"] = "shared"  # the value head's trunk
     num_seeds: list[int] = [1]  # population size(s): N members of num_envs each; several are timed interleaved
+    teacher_every: list[int] = [0]  # 0: no teacher; N: the greedy teacher labels one slot in N (game only); interleaved
     repeats: int = 3  # timed calls after the first; the median is reported
     devices: int = 1  # devices to shard over (on CPU: forced host devices)
     seed: int = 0  # PRNG seed
@@ -52,9 +59,10 @@ class Args(Tap):
     out: pathlib.Path | None = None  # append results as JSON lines to this file
 
 
-def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1) -> dict[str, Any]:
+def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher_every: int = 0) -> dict[str, Any]:
     """The fused training call on `env_name` with `network` for a population of
-    `num_seeds`, its first carry and its settings."""
+    `num_seeds` (with the teacher on one slot in `teacher_every`, if not 0), its first
+    carry and its settings."""
     from hm.train import (
         HackMatrixEnv,
         NullEnv,
@@ -72,6 +80,9 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1) -> dict
                          updates_per_call=args.updates_per_call, precision=args.precision,
                          seed=args.seed, devices=args.devices, network=network, critic=args.critic,
                          num_seeds=num_seeds)
+    if teacher_every:
+        config = dataclasses.replace(config, teacher_coef=1.0, teacher_every=teacher_every,
+                                     teacher_steps=config.total_timesteps)
     validate(config, jax.device_count())
     resolved = resolve(config, jax.default_backend(), jax.device_count())
     env = HackMatrixEnv() if env_name == "game" else NullEnv()
@@ -94,6 +105,8 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1) -> dict
         settings.update(network=network, critic=args.critic)
     if num_seeds != 1:
         settings.update(num_seeds=num_seeds)
+    if teacher_every:
+        settings.update(teacher_every=teacher_every)
     flops = flops_per_sample(jax.device_get(member_of(state.params, 0)))
     flops["ppo_per_env_step"] = flops["forward"] + resolved.update_epochs * flops["forward_backward"]
     return {"step": jax.jit(lambda carry: train(carry[0]), donate_argnums=0),
@@ -109,8 +122,10 @@ def main(args: Args) -> list[dict[str, Any]]:
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     envs = ["game", "null"] if args.env == "both" else [args.env]
-    runs = [prepare(args, name, network, seeds) for name in envs for network in args.network
-            for seeds in args.num_seeds]
+    if any(args.teacher_every) and "null" in envs:
+        raise SystemExit("--teacher-every: NullEnv has no teacher; use --env game")
+    runs = [prepare(args, name, network, seeds, every) for name in envs for network in args.network
+            for seeds in args.num_seeds for every in args.teacher_every]
     # Timed calls alternate between the runs: this VM's speed drifts by tens of percent
     # over minutes, and the game/null (or network/network) ratio is only meaningful
     # measured together.
@@ -123,10 +138,20 @@ def main(args: Args) -> list[dict[str, Any]]:
         print("  FLOPs per sample: forward {flops_forward:,.0f}, forward+backward {flops_forward_backward:,.0f}; "
               "per PPO env step {flops_ppo_per_env_step:,.0f}".format(**flops))
         results.append(common.record_line("train", r["settings"], {**result["metrics"], **flops}, args.out))
-    singles = {(r["settings"]["env"], r["settings"].get("network")): result
-               for r, result in zip(runs, results) if r["num_seeds"] == 1}
+    def same(r, **changes):
+        """The settings that identify a comparable run, with `changes` applied."""
+        settings = {**r["settings"], **changes}
+        return tuple(settings.get(k) for k in ("env", "network", "num_seeds", "teacher_every"))
+
+    by_settings = {same(r): result for r, result in zip(runs, results)}
     for r, result in zip(runs, results):
-        single = singles.get((r["settings"]["env"], r["settings"].get("network")))
+        untaught = by_settings.get(same(r, teacher_every=None))
+        if "teacher_every" in r["settings"] and untaught is not None:
+            ratio = result["metrics"]["steps_per_s"] / untaught["metrics"]["steps_per_s"]
+            print(f"teacher on one slot in {r['settings']['teacher_every']} / no teacher: {ratio:.1%} "
+                  "(timed calls interleaved)")
+    for r, result in zip(runs, results):
+        single = by_settings.get(same(r, num_seeds=None))
         if r["num_seeds"] != 1 and single is not None:
             ratio = result["metrics"]["steps_per_s"] / single["metrics"]["steps_per_s"]
             # The same ratio per CPU second this process used, which other processes on

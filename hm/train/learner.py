@@ -5,7 +5,8 @@ One call of the function from `make_train_fn` runs `updates_per_call` (K) update
     scan over K updates:
         start the env slots that hold no game yet (only before the first update)
         scan over num_steps: policy forward, inverse-CDF sampling, env step with
-            truncation and auto-reset (`hm.env`); store compact observations
+            truncation and auto-reset (`hm.env`); store compact observations (and,
+            while the teacher's weight is above 0, its actions on the slots it labels)
         value of the last observation; GAE by a reverse scan
         scan over update_epochs: scan over num_minibatches: loss, gradient, Adam
 

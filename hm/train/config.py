@@ -48,9 +48,13 @@ cross-entropy between the policy and a scripted teacher's action (the env's
 on the states the agent itself visits (Schmitt et al., "Kickstarting Deep Reinforcement
 Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps, after
 which the teacher is no longer run and training is plain PPO. The teacher labels one env
-slot in every `teacher_every` (it simulates every legal action, so labelling costs about
-28 env steps each); the agent always acts by its own policy. 0 (the default) turns it
-off and leaves the program as it was. docs/learning.md#teacher has the curves.
+slot in every `teacher_every` (default 8, or the largest divisor of 8 that divides each
+device's env slots; it simulates every legal action, so a label costs about 28 env
+steps); the agent always acts by its own policy. 0 turns it off and leaves the program
+as it was; `None` (the default) is the env's
+`default_teacher_coef` (for the game, 1: docs/learning.md#teacher has the curves that
+chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
+env; a config resolved and trained without it (`make_train_fn` directly) takes None as 0.
 
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
@@ -86,6 +90,9 @@ SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "ma
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
 NUM_STAGES = 8
+# The teacher labels one env slot in this many unless `teacher_every` says otherwise
+# (docs/learning.md#teacher: the 20M-step curves ran with it).
+TEACHER_EVERY = 8
 # Members of one population, at most (each holds its own envs, parameters and optimizer).
 MAX_MEMBERS = 1024
 
@@ -140,10 +147,13 @@ class TrainConfig:
     # (for the game: distance=0, docs/learning.md#reward-weights)
     reward_weights: tuple[tuple[str, float], ...] | None = None
     # docs/learning.md#teacher: weight of the cross-entropy to the env's scripted teacher,
-    # falling linearly to 0 at teacher_steps env steps; 0 off
-    teacher_coef: float = 0.0
+    # falling linearly to 0 at teacher_steps env steps; 0 off; None the env's
+    # default_teacher_coef (for the game: 1), which the trainer (hm.train.run) applies
+    teacher_coef: float | None = None
     teacher_steps: int = 5_000_000
-    teacher_every: int = 4       # the teacher labels env slots 0, k, 2k, ... (global index)
+    # the teacher labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
+    # divisor of 8 that divides each device's env slots
+    teacher_every: int | None = None
     # ((field, (value, ...)), ...): one member per combination (see `members`).
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
@@ -162,6 +172,7 @@ class ResolvedConfig(TrainConfig):
     num_minibatches: int
     update_epochs: int
     precision: Literal["f32", "bf16"]
+    teacher_every: int
     updates_per_call: int
     devices: int
     backend: str
@@ -222,7 +233,9 @@ def members(config: "ResolvedConfig") -> list[Member]:
     for combination in itertools.product(*(values for _, values in config.sweep)):
         for offset in range(config.num_seeds):
             settings = dict(zip(names, combination))
-            hyper = {name: float(settings.get(name, getattr(config, name))) for name in SWEEPABLE}
+            # (a teacher weight left to the env, None, counts as 0 here: `hm.train.run`
+            # makes it concrete before a run is resolved)
+            hyper = {name: float(settings.get(name, getattr(config, name)) or 0.0) for name in SWEEPABLE}
             seed = config.seed + offset
             label = [f"{name.replace('_', '-')}={value:g}" for name, value in settings.items()]
             out.append(Member(index=len(out), name=",".join(label + [f"seed={seed}"]), seed=seed,
@@ -301,16 +314,22 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     if k is None:
         k = _auto_updates_per_call(batch, max(1, config.total_timesteps // batch))
         auto.append("updates_per_call")
+    teacher_every = config.teacher_every
+    if teacher_every is None:
+        teacher_every = math.gcd(config.num_envs // devices, TEACHER_EVERY)
+        auto.append("teacher_every")
     if config.devices is None:
         auto.append("devices")
     fields = dataclasses.asdict(config)
     fields.update(
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
-        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto),
+        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), teacher_every=teacher_every,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum", "teacher_coef"):
+                 "curriculum"):
         fields[name] = float(fields[name])
+    if config.teacher_coef is not None:
+        fields["teacher_coef"] = float(config.teacher_coef)
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     if config.reward_weights is not None:
         fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
@@ -423,12 +442,13 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     if config.seed + config.num_seeds - 1 > MAX_SEED:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
-    _check_float(config, "teacher_coef", 0.0, None)
+    _check_float(config, "teacher_coef", 0.0, None, optional=True)
     _check_int(config, "teacher_steps", 1)
-    _check_int(config, "teacher_every", 1)
+    _check_int(config, "teacher_every", 1, optional=True)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)
-    if uses_teacher(config) and config.num_envs % (config.teacher_every * devices):
+    explicit_every = config.teacher_every is not None
+    if explicit_every and uses_teacher(config) and config.num_envs % (config.teacher_every * devices):
         raise ConfigError(
             "--teacher-every",
             f"--teacher-every must divide each device's share of --num-envs ({config.num_envs} / "
@@ -438,7 +458,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
 def uses_teacher(config: TrainConfig) -> bool:
     """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
     swept = [values for name, values in config.sweep if name == "teacher_coef"]
-    return config.teacher_coef > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
+    return (config.teacher_coef or 0.0) > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
 
 
 def _check_reward_weights(config: TrainConfig) -> None:

@@ -59,6 +59,8 @@ class AbstractEnv(eqx.Module):
     default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = ()
     # The name of the scripted teacher `teacher_actions` runs (`--teacher-coef`); None: none.
     teacher: ClassVar[str | None] = None
+    # Its weight unless `--teacher-coef` says otherwise (`hm.train.run.Trainer` applies it).
+    default_teacher_coef: ClassVar[float] = 0.0
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
@@ -178,8 +180,10 @@ class HackMatrixEnv(_HackMatrixShaped):
     # Train without the exit-distance shaping, which pays for approaching the exit and
     # nothing for leaving it, so agents learned to pace beside it (docs/learning.md#reward-weights).
     default_reward_weights: ClassVar[tuple[tuple[str, float], ...]] = (("distance", 0.0),)
-    # the greedy scripted player of `bin/evaluate --baseline greedy` (hm.tools.greedy)
+    # the greedy scripted player of `bin/evaluate --baseline greedy` (hm.tools.greedy); it
+    # teaches by default: docs/learning.md#teacher
     teacher: ClassVar[str | None] = "greedy"
+    default_teacher_coef: ClassVar[float] = 1.0
 
     def reset(self, key):
         return self.start(key, EnvParams())   # the default params: an ordinary game

@@ -70,6 +70,11 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # Config fields a resume does not take from the checkpoint: they describe the machine.
 MACHINE_FIELDS = frozenset({"devices"})
+# Fields added after runs had been saved, and the value that reproduces what such a run
+# trained with: a resume of a checkpoint whose config lacks one takes this value (unless
+# given explicitly), not the field's new default.
+# `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher.
+LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0}
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -291,11 +296,14 @@ class Trainer:
                 stored = config_from_dict(meta.config)  # JSON lists back to the config's tuples
                 config = dataclasses.replace(config, **{k: getattr(stored, k) for k in known if k in meta.config})
 
-        if meta is not None and "reward_weights" not in meta.config and "reward_weights" not in (explicit or ()):
-            # a run from before reward weights trained on the env's own reward: so does its resume
-            config = dataclasses.replace(config, reward_weights=())
+        if meta is not None:
+            legacy = {k: v for k, v in LEGACY_VALUES.items() if k not in meta.config and k not in (explicit or ())}
+            config = dataclasses.replace(config, **legacy)
+        # "the env's default" (None), made concrete for this env
         if config.reward_weights is None:
             config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
+        if config.teacher_coef is None:
+            config = dataclasses.replace(config, teacher_coef=self.env.default_teacher_coef)
         validate(config, jax.device_count())
         reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
         check_teacher(self.env, config)

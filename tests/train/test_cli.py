@@ -155,6 +155,15 @@ def test_reward_weights_parse_into_the_config():
     assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights is None  # the env's default
 
 
+def test_teacher_flags_parse_into_the_config_and_default_to_the_envs():
+    default = TrainArgs(prog="bin/train").parse_args([]).train_config()
+    assert default.teacher_coef is None and default.teacher_every is None  # the env's weight; auto
+    args = TrainArgs(prog="bin/train").parse_args(["--teacher-coef", "0.5", "--teacher-steps", "1000",
+                                                   "--teacher-every", "4"])
+    config = args.train_config()
+    assert (config.teacher_coef, config.teacher_steps, config.teacher_every) == (0.5, 1000, 4)
+
+
 def test_explicit_fields_reads_both_flag_forms():
     assert explicit_fields(["--num-envs", "8", "--lr=0.1", "--resume", "x", "-h"]) == {"num_envs", "lr", "resume"}
 

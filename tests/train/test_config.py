@@ -48,11 +48,20 @@ def test_default_config_resolves_as_the_issue_says():
 
 def test_explicit_values_win():
     config = TrainConfig(num_envs=2048, num_minibatches=16, update_epochs=3, lr=1e-3,
-                         precision="bf16", updates_per_call=5)
+                         precision="bf16", updates_per_call=5, teacher_every=4)
     resolved = resolve(config, "cpu", 1)
     assert (resolved.num_minibatches, resolved.update_epochs, resolved.lr) == (16, 3, 1e-3)
-    assert (resolved.precision, resolved.updates_per_call) == ("bf16", 5)
+    assert (resolved.precision, resolved.updates_per_call, resolved.teacher_every) == ("bf16", 5, 4)
     assert resolved.auto == ("devices",)
+
+
+@pytest.mark.parametrize(("num_envs", "devices", "every"), [(2048, 1, 8), (2048, 4, 8), (12, 1, 4), (12, 2, 2),
+                                                            (7, 1, 1)])
+def test_auto_teacher_every_is_8_or_the_largest_divisor_of_8_that_splits_each_devices_envs(num_envs, devices,
+                                                                                           every):
+    resolved = resolve(TrainConfig(num_envs=num_envs, teacher_coef=1.0), "cpu", devices)
+    assert resolved.teacher_every == every and "teacher_every" in resolved.auto
+    validate(TrainConfig(num_envs=num_envs, teacher_coef=1.0), devices)   # auto never fails the check
 
 
 def test_auto_lr_does_not_shrink_with_explicit_minibatches_or_epochs():

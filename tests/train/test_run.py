@@ -77,8 +77,9 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    # the env's default reward weights (NullEnv: none) are written out concretely
-    assert config["config"] == json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(TINY, reward_weights=()))))
+    # the env's default reward weights and teacher weight (NullEnv: none) are written out concretely
+    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0)
+    assert config["config"] == json.loads(json.dumps(dataclasses.asdict(concrete)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
 
@@ -157,22 +158,31 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     # As the command line does it: every field at its default, only ent_coef given.
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
-    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=())
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0)
 
 
 class ShapedNullEnv(NullEnv):
-    """NullEnv with default reward weights, as the game has."""
+    """NullEnv with default reward weights and a teacher that teaches by default, as the
+    game has (its teacher takes the first legal action)."""
 
     default_reward_weights = (("distance", 0.0),)
+    teacher = "first-legal"
+    default_teacher_coef = 1.0
+
+    def teacher_actions(self, states, mask, keys):
+        return jnp.argmax(mask, axis=1).astype(jnp.int32)
 
 
-def test_reward_weights_default_to_the_envs_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
+def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
+    """Reward weights and the teacher weight default to the env's; a checkpoint written
+    before they existed resumes as it trained: on the env's own reward, without a teacher."""
     def trainer(name, config=TINY, **options):
         options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
         return Trainer(config, options, env=ShapedNullEnv(), console=io.StringIO())
 
     first = trainer("shaped")
     assert first.config.reward_weights == first.resolved.reward_weights == (("distance", 0.0),)
+    assert first.config.teacher_coef == first.resolved.teacher_coef == 1.0
     first.call()
     path = first.save()
     first.close()
@@ -183,14 +193,15 @@ def test_reward_weights_default_to_the_envs_and_an_older_run_resumes_without_the
             data = source.read(entry)
             if entry == "meta.json":
                 meta = json.loads(data)
-                del meta["config"]["reward_weights"]
+                del meta["config"]["reward_weights"], meta["config"]["teacher_coef"]
                 data = json.dumps(meta).encode()
             target.writestr(entry, data)
     resumed = trainer(None, resume=older)
     assert resumed.config.reward_weights == (), "it trained on the env's own reward, and goes on so"
+    assert resumed.config.teacher_coef == 0.0, "and without a teacher"
     resumed.close()
     again = trainer(None, resume=path)
-    assert again.config.reward_weights == (("distance", 0.0),)
+    assert again.config.reward_weights == (("distance", 0.0),) and again.config.teacher_coef == 1.0
     again.close()
 
 

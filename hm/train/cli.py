@@ -53,7 +53,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     num_seeds: int = _CONFIG.num_seeds  # Train a population of N members with seeds SEED, SEED+1, ... in one program (1..1024).
     reward_weights: list[str] = []  # Train on the reward terms reweighted: TERM=WEIGHT ... (others 1); default: the env's (game: distance=0).
     teacher_coef: float | None = _CONFIG.teacher_coef  # Weight of the greedy teacher's cross-entropy (>= 0; 0: off); default: the env's (game: 1).
-    teacher_steps: int = _CONFIG.teacher_steps  # The teacher's weight falls linearly to 0 at this many env steps (>= 1); after that it is not run.
+    teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: --total-timesteps).
     teacher_every: int | None = _CONFIG.teacher_every  # The teacher labels one env slot in N (dividing each device's envs; default 8).
     sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/populations.md.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).

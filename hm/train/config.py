@@ -46,8 +46,9 @@ Teacher (kickstarting). `teacher_coef` > 0 adds to the loss that coefficient tim
 cross-entropy between the policy and a scripted teacher's action (the env's
 `teacher_actions`; for the game, the greedy player of `bin/evaluate --baseline greedy`),
 on the states the agent itself visits (Schmitt et al., "Kickstarting Deep Reinforcement
-Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps, after
-which the teacher is no longer run and training is plain PPO. The teacher labels one env
+Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps (by
+default, `None`, the run's `total_timesteps`: the teacher weighs in, less and less, for
+the whole run), after which the teacher is no longer run and training is plain PPO. The teacher labels one env
 slot in every `teacher_every` (default 8, or the largest divisor of 8 that divides each
 device's env slots; it simulates every legal action, so a label costs about 28 env
 steps); the agent always acts by its own policy. 0 turns it off and leaves the program
@@ -150,7 +151,9 @@ class TrainConfig:
     # falling linearly to 0 at teacher_steps env steps; 0 off; None the env's
     # default_teacher_coef (for the game: 1), which the trainer (hm.train.run) applies
     teacher_coef: float | None = None
-    teacher_steps: int = 5_000_000
+    # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
+    # trainer before the config is saved, so a resume keeps the run's schedule
+    teacher_steps: int | None = None
     # the teacher labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
     # divisor of 8 that divides each device's env slots
     teacher_every: int | None = None
@@ -172,6 +175,7 @@ class ResolvedConfig(TrainConfig):
     num_minibatches: int
     update_epochs: int
     precision: Literal["f32", "bf16"]
+    teacher_steps: int
     teacher_every: int
     updates_per_call: int
     devices: int
@@ -314,6 +318,10 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     if k is None:
         k = _auto_updates_per_call(batch, max(1, config.total_timesteps // batch))
         auto.append("updates_per_call")
+    teacher_steps = config.teacher_steps
+    if teacher_steps is None:
+        teacher_steps = config.total_timesteps
+        auto.append("teacher_steps")
     teacher_every = config.teacher_every
     if teacher_every is None:
         teacher_every = math.gcd(config.num_envs // devices, TEACHER_EVERY)
@@ -324,6 +332,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     fields.update(
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
         updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), teacher_every=teacher_every,
+        teacher_steps=teacher_steps,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
                  "curriculum"):
@@ -443,7 +452,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
     _check_float(config, "teacher_coef", 0.0, None, optional=True)
-    _check_int(config, "teacher_steps", 1)
+    _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)

@@ -304,6 +304,10 @@ class Trainer:
             config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
         if config.teacher_coef is None:
             config = dataclasses.replace(config, teacher_coef=self.env.default_teacher_coef)
+        # the teacher's length, by default the whole run: concrete before the config is
+        # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
+        if config.teacher_steps is None:
+            config = dataclasses.replace(config, teacher_steps=config.total_timesteps)
         validate(config, jax.device_count())
         reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
         check_teacher(self.env, config)

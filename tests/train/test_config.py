@@ -48,10 +48,11 @@ def test_default_config_resolves_as_the_issue_says():
 
 def test_explicit_values_win():
     config = TrainConfig(num_envs=2048, num_minibatches=16, update_epochs=3, lr=1e-3,
-                         precision="bf16", updates_per_call=5, teacher_every=4)
+                         precision="bf16", updates_per_call=5, teacher_every=4, teacher_steps=1000)
     resolved = resolve(config, "cpu", 1)
     assert (resolved.num_minibatches, resolved.update_epochs, resolved.lr) == (16, 3, 1e-3)
     assert (resolved.precision, resolved.updates_per_call, resolved.teacher_every) == ("bf16", 5, 4)
+    assert resolved.teacher_steps == 1000
     assert resolved.auto == ("devices",)
 
 
@@ -62,6 +63,12 @@ def test_auto_teacher_every_is_8_or_the_largest_divisor_of_8_that_splits_each_de
     resolved = resolve(TrainConfig(num_envs=num_envs, teacher_coef=1.0), "cpu", devices)
     assert resolved.teacher_every == every and "teacher_every" in resolved.auto
     validate(TrainConfig(num_envs=num_envs, teacher_coef=1.0), devices)   # auto never fails the check
+
+
+def test_auto_teacher_steps_is_the_whole_run():
+    # docs/learning.md#teacher-all-run: the teacher's weight falls to 0 at the run's end
+    resolved = resolve(TrainConfig(total_timesteps=12_345_678, teacher_coef=1.0), "cpu", 1)
+    assert resolved.teacher_steps == 12_345_678 and "teacher_steps" in resolved.auto
 
 
 def test_auto_lr_does_not_shrink_with_explicit_minibatches_or_epochs():

@@ -78,7 +78,7 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
 
     config = json.loads((run_dir / "config.json").read_text())
     # the env's default reward weights and teacher weight (NullEnv: none) are written out concretely
-    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0)
+    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0, teacher_steps=TINY.total_timesteps)
     assert config["config"] == json.loads(json.dumps(dataclasses.asdict(concrete)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
@@ -158,7 +158,8 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     # As the command line does it: every field at its default, only ent_coef given.
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
-    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0)
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0,
+                                                 teacher_steps=TINY.total_timesteps)
 
 
 class ShapedNullEnv(NullEnv):
@@ -203,6 +204,27 @@ def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, comp
     again = trainer(None, resume=path)
     assert again.config.reward_weights == (("distance", 0.0),) and again.config.teacher_coef == 1.0
     again.close()
+
+
+def test_the_teacher_lasts_the_run_and_a_longer_resume_keeps_its_schedule(tmp_path, compile_cache):
+    """`teacher_steps` None is the run's `total_timesteps`, saved as a number: a resume that
+    asks for more steps goes on with the schedule the run started with."""
+    def trainer(name, config=TINY, explicit=None, **options):
+        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
+        return Trainer(config, options, env=ShapedNullEnv(), explicit=explicit, console=io.StringIO())
+
+    assert TINY.teacher_steps is None
+    first = trainer("taught")
+    assert first.config.teacher_steps == first.resolved.teacher_steps == TINY.total_timesteps
+    first.call()
+    path = first.save()
+    first.close()
+    assert json.loads((tmp_path / "runs" / "taught" / "config.json").read_text())["config"]["teacher_steps"] == TINY.total_timesteps
+    longer = dataclasses.replace(TrainConfig(), total_timesteps=4 * TINY.total_timesteps)
+    resumed = trainer(None, longer, explicit=frozenset({"total_timesteps"}), resume=path)
+    assert resumed.config.total_timesteps == 4 * TINY.total_timesteps
+    assert resumed.config.teacher_steps == TINY.total_timesteps, "the schedule the run started with"
+    resumed.close()
 
 
 def test_resume_with_other_num_envs_keeps_weights_and_says_so(make_trainer, tmp_path):

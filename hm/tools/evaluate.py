@@ -27,9 +27,9 @@ Python API (for benchmarks and scripts, on a network in memory):
     report.summary()     # the headline figures: return, highest_stage, siphon_share, ...
     report.to_json()     # one agent's report below
 
-`--json` writes, at `schema_version` 2 (a test pins every key):
+`--json` writes, at `schema_version` 3 (a test pins every key):
 
-    schema_version  2
+    schema_version  3
     policy          where the policy was read from, or null
     episodes, max_steps, seed, greedy, game_version
     agents          {name: report} for "policy", "random", "greedy" (those evaluated)
@@ -46,6 +46,11 @@ and one agent's report (rates are shares of episodes in [0, 1], std with ddof 0)
                            began) at which stage k was completed, or null if none did}
     siphon_episode_rate    share of episodes that siphoned at least once
     program_episode_rate   share of episodes that ran at least one program
+    program_owned_episode_rate  share of episodes in which the player owned a program
+                           at some point (only siphoning a program block gives one)
+    program_legal_episode_rate  share of episodes with a state the player acted in where
+                           some program was legal (owned, affordable, its condition met):
+                           the opportunities that program_episode_rate is a share of
     siphons_per_episode, programs_per_episode
     programs               {program name: {"runs_per_episode", "episode_rate"}}
     death_cause            {cause: death count}, causes in DEATH_CAUSES (sums to deaths)
@@ -85,7 +90,7 @@ from hm.train.config import TrainConfig
 from hm.train.network import Network
 from hm.train.precision import DTYPES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHUNK = 128                 # steps per compiled call; the host checks for the end between calls
 DEFAULT_EPISODES = 256
 DEFAULT_MAX_STEPS = TrainConfig.max_episode_steps   # where training truncates, too
@@ -112,6 +117,8 @@ class Episode(eqx.Module):
     died: Bool[Array, ""]
     siphons: Int32[Array, ""]
     program_runs: Int32[Array, " programs"]
+    owned_program: Bool[Array, ""]          # owned a program at some point
+    program_legal: Bool[Array, ""]          # some program was legal in a state acted in
     death_cause: Int32[Array, ""]           # index into DEATH_CAUSES; _NOT_DEAD if alive
     stage_completed_step: Int32[Array, " stages"]   # the `length` when stage k+1 was completed, else 0
 
@@ -124,6 +131,7 @@ def start(key: Key[Array, ""]) -> Episode:
                    length=zero, reward_terms=jnp.zeros((len(C.REWARD_TERMS),), jnp.float32),
                    won=false, died=false, siphons=zero,
                    program_runs=jnp.zeros((C.NUM_PROGRAMS,), jnp.int32),
+                   owned_program=jnp.any(state.player.owned), program_legal=false,
                    death_cause=jnp.int32(_NOT_DEAD),
                    stage_completed_step=jnp.zeros((C.NUM_STAGES,), jnp.int32))
 
@@ -152,8 +160,10 @@ def death_cause(before: game.GameState, after: game.GameState) -> Int32[Array, "
                      jnp.where(count > 1, _SEVERAL_KINDS, _UNKNOWN)).astype(jnp.int32)
 
 
-def advance(episode: Episode, action: Int32[Array, ""], key: Key[Array, ""], live: Bool[Array, ""]) -> Episode:
-    """`episode` after `action` if `live`, else unchanged."""
+def advance(episode: Episode, action: Int32[Array, ""], mask: Bool[Array, " actions"], key: Key[Array, ""],
+            live: Bool[Array, ""]) -> Episode:
+    """`episode` after `action` if `live`, else unchanged; `mask` is the legal actions of
+    `episode.state` (`hm.game.legal_actions`)."""
     state, obs, reward, done, info = game.step(episode.state, action, key)
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS])
     legal = ~info["illegal"]
@@ -166,6 +176,8 @@ def advance(episode: Episode, action: Int32[Array, ""], key: Key[Array, ""], liv
         length=length, reward_terms=episode.reward_terms + terms, won=info["won"], died=info["died"],
         siphons=episode.siphons + (legal & (action == C.ACTION_SIPHON)).astype(jnp.int32),
         program_runs=episode.program_runs + ran.astype(jnp.int32),
+        owned_program=episode.owned_program | jnp.any(state.player.owned),
+        program_legal=episode.program_legal | jnp.any(mask[C.PROGRAM_ACTION_OFFSET:]),
         death_cause=jnp.where(info["died"], death_cause(episode.state, state), episode.death_cause),
         stage_completed_step=jnp.where(completed, length, episode.stage_completed_step))
     return jax.tree.map(lambda new, old: jnp.where(live, new, old), stepped, episode)
@@ -187,7 +199,7 @@ def _play_chunk(player: AbstractPlayer, episodes: Episode, key: PRNGKeyArray, fi
         mask = jax.vmap(game.legal_actions)(episodes.state)
         action = player.choose(episodes.state, episodes.obs, mask, player_key)
         live = ~episodes.ended & (t < max_steps)
-        episodes = jax.vmap(advance)(episodes, action, jax.random.split(env_key, n), live)
+        episodes = jax.vmap(advance)(episodes, action, mask, jax.random.split(env_key, n), live)
         return episodes, None
 
     steps = first_step + jnp.arange(CHUNK, dtype=jnp.int32)
@@ -212,6 +224,8 @@ class Results:
     reward_terms: np.ndarray       # float32 [n, terms]
     siphons: np.ndarray            # int32 [n]: siphon actions taken
     program_runs: np.ndarray       # int32 [n, programs]: runs of each program
+    owned_program: np.ndarray      # bool [n]: owned a program at some point
+    program_legal: np.ndarray      # bool [n]: some program was legal in a state acted in
     death_cause: np.ndarray        # int32 [n]: index into DEATH_CAUSES, -1 if not dead
     stage_completed_step: np.ndarray   # int32 [n, stages]: step that completed stage k+1, 0 if not
     seconds: float
@@ -243,6 +257,7 @@ def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps:
         won=np.asarray(host.won), died=np.asarray(host.died), truncated=~np.asarray(host.ended),
         stage=np.asarray(host.state.stage), reward_terms=np.asarray(host.reward_terms),
         siphons=np.asarray(host.siphons), program_runs=np.asarray(host.program_runs),
+        owned_program=np.asarray(host.owned_program), program_legal=np.asarray(host.program_legal),
         death_cause=np.asarray(host.death_cause),
         stage_completed_step=np.asarray(host.stage_completed_step),
         seconds=time.perf_counter() - began)
@@ -277,6 +292,8 @@ def summarise(results: Results) -> dict[str, Any]:
                                       for stage, total, count in zip(stages, step_sums, completions)},
         "siphon_episode_rate": float((results.siphons > 0).mean()),
         "program_episode_rate": float(ran.any(axis=1).mean()),
+        "program_owned_episode_rate": float(results.owned_program.mean()),
+        "program_legal_episode_rate": float(results.program_legal.mean()),
         "siphons_per_episode": float(results.siphons.mean()),
         "programs_per_episode": float(results.program_runs.sum(axis=1).mean()),
         "programs": {name: {"runs_per_episode": float(results.program_runs[:, i].mean()),
@@ -389,6 +406,8 @@ def format_reports(reports: dict[str, dict[str, Any]]) -> str:
                 else f"{r['stage_completed_step_mean'][s]:.1f}")
     row("siphoned (episodes)", lambda r: f"{r['siphon_episode_rate']:.3f}")
     row("ran a program (episodes)", lambda r: f"{r['program_episode_rate']:.3f}")
+    row("owned a program (episodes)", lambda r: f"{r['program_owned_episode_rate']:.3f}")
+    row("a program legal (episodes)", lambda r: f"{r['program_legal_episode_rate']:.3f}")
     row("siphons / episode", lambda r: f"{r['siphons_per_episode']:.2f}")
     row("programs / episode", lambda r: f"{r['programs_per_episode']:.2f}")
     for program in C.PROGRAM_NAMES:

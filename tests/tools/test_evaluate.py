@@ -30,7 +30,8 @@ TOP_KEYS = {"schema_version", "policy", "episodes", "max_steps", "seed", "greedy
 AGENT_KEYS = {
     "episodes", "return_mean", "return_std", "return_median", "return_min", "return_max", "length_mean",
     "win_rate", "death_rate", "truncation_rate", "highest_stage", "highest_stage_mean", "stage_completions",
-    "stage_completed_step_mean", "siphon_episode_rate", "program_episode_rate", "siphons_per_episode",
+    "stage_completed_step_mean", "siphon_episode_rate", "program_episode_rate", "program_owned_episode_rate",
+    "program_legal_episode_rate", "siphons_per_episode",
     "programs_per_episode", "programs", "death_cause", "reward_terms_mean", "steps", "seconds",
 }
 STAGES = [str(s) for s in range(1, C.NUM_STAGES + 1)]
@@ -57,7 +58,8 @@ _advance = eqx.filter_jit(evaluate.advance)
 
 
 def advance(episode: evaluate.Episode, action: int, live: bool = True) -> evaluate.Episode:
-    return _advance(episode, jnp.int32(action), jax.random.key(1), jnp.asarray(live))
+    return _advance(episode, jnp.int32(action), game.legal_actions(episode.state), jax.random.key(1),
+                    jnp.asarray(live))
 
 
 # --- the tallies -------------------------------------------------------------------------
@@ -79,6 +81,22 @@ def test_siphons_programs_and_stage_completion_are_counted():
     assert episode.program_runs.dtype == jnp.int32 and episode.stage_completed_step.shape == (C.NUM_STAGES,)
     frozen = advance(episode, UP, live=False)
     assert all(bool(jnp.all(a == b)) for a, b in zip(jax.tree.leaves(frozen), jax.tree.leaves(episode)))
+
+
+def test_owning_a_program_and_having_one_legal_are_counted():
+    # No program owned: siphoning the WAIT program block next to the player gives it
+    # (owned from then on); WAIT is legal from the next state on (1 energy), not before.
+    state = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[],
+                     blocks=[{"row": 4, "col": 3, "type": "program", "programType": "wait", "spawnCount": 0}])
+    episode = episode_at(state)
+    assert not bool(episode.owned_program) and not bool(episode.program_legal)
+    episode = advance(episode, C.ACTION_SIPHON)
+    assert bool(episode.owned_program) and not bool(episode.program_legal)
+    assert bool(game.legal_actions(episode.state)[WAIT])
+    episode = advance(episode, RIGHT)
+    assert bool(episode.program_legal) and int(episode.program_runs.sum()) == 0
+    frozen = advance(episode_at(state), C.ACTION_SIPHON, live=False)
+    assert not bool(frozen.owned_program) and not bool(frozen.program_legal)
 
 
 @pytest.mark.parametrize("fields, cause", [
@@ -162,7 +180,7 @@ def document(tmp_path_factory) -> dict:
 
 
 def test_json_schema_is_pinned(document):
-    assert set(document) == TOP_KEYS and document["schema_version"] == evaluate.SCHEMA_VERSION == 2
+    assert set(document) == TOP_KEYS and document["schema_version"] == evaluate.SCHEMA_VERSION == 3
     assert list(document["agents"]) == ["random", "greedy"]
     for report in document["agents"].values():
         assert set(report) == AGENT_KEYS
@@ -189,6 +207,9 @@ def test_report_figures_agree_with_each_other(document):
         assert (report["stage_completed_step_mean"]["1"] is None) == (completions[0] == 0)
         assert 0 <= report["siphon_episode_rate"] <= 1 and 0 <= report["program_episode_rate"] <= 1
         assert report["program_episode_rate"] >= max(u["episode_rate"] for u in report["programs"].values())
+        # a program is run only where one is legal, and is legal only where one is owned
+        assert (report["program_episode_rate"] <= report["program_legal_episode_rate"]
+                <= report["program_owned_episode_rate"] <= 1)
         assert report["programs_per_episode"] == pytest.approx(
             sum(u["runs_per_episode"] for u in report["programs"].values()))
         assert report["siphon_episode_rate"] == 0 or report["siphons_per_episode"] > 0

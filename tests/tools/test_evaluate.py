@@ -55,10 +55,11 @@ def episode_at(state: game.GameState) -> evaluate.Episode:
 
 
 _advance = eqx.filter_jit(evaluate.advance)
+_legal_actions = jax.jit(game.legal_actions)
 
 
 def advance(episode: evaluate.Episode, action: int, live: bool = True) -> evaluate.Episode:
-    return _advance(episode, jnp.int32(action), game.legal_actions(episode.state), jax.random.key(1),
+    return _advance(episode, jnp.int32(action), _legal_actions(episode.state), jax.random.key(1),
                     jnp.asarray(live))
 
 
@@ -92,7 +93,7 @@ def test_owning_a_program_and_having_one_legal_are_counted():
     assert not bool(episode.owned_program) and not bool(episode.program_legal)
     episode = advance(episode, C.ACTION_SIPHON)
     assert bool(episode.owned_program) and not bool(episode.program_legal)
-    assert bool(game.legal_actions(episode.state)[WAIT])
+    assert bool(_legal_actions(episode.state)[WAIT])
     episode = advance(episode, RIGHT)
     assert bool(episode.program_legal) and int(episode.program_runs.sum()) == 0
     frozen = advance(episode_at(state), C.ACTION_SIPHON, live=False)

@@ -3,16 +3,30 @@
 Strict promotion makes silent broadcasting and dtype widening errors in tests, so a
 rule written for one shape or dtype cannot quietly run on another. The persistent
 compilation cache lets a rerun skip XLA compilation of every program it has seen.
+XLA compiles the suite's programs without LLVM's optimisation passes
+(`--xla_backend_optimization_level=0`): almost every program here is compiled once and
+run a few times on a small batch, so compilation is most of the suite's time and the
+passes cost more than they save: on the 2-core CI machine the whole suite, from a cold
+cache, took 1,678 s of pytest with it against 2,235 s without (docs/performance.md §3.5),
+though the tests that run much compiled code (the conv network's probes) are slower.
+HLO-level optimisation (fusion, simplification) is
+unchanged, and so is every result: the level only changes how the machine code is
+optimised. Benchmarks run outside pytest and keep XLA's defaults. Tests that start
+subprocesses pass their own XLA_FLAGS.
 Hypothesis gets no per-example deadline: an example that compiles a program takes
 seconds the first time and milliseconds after, which a deadline reports as flaky.
 """
 
+import os
 import pathlib
 
 import hypothesis
 import jax
 
 _REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Read when JAX starts its backend, which no import above has done yet.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")

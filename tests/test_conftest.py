@@ -1,5 +1,6 @@
 """The suite-wide settings of tests/conftest.py and pyproject.toml are in force."""
 
+import os
 import pathlib
 
 import jax
@@ -30,3 +31,8 @@ def test_hm_is_instrumented_by_jaxtyping():
     # Set by `--jaxtyping-packages=hm,...` in pyproject.toml's addopts; the loader
     # wraps every function of hm in a shape and dtype check.
     assert type(hm.__spec__.loader).__name__ == "_JaxtypingLoader"
+
+
+def test_xla_compiles_without_llvm_optimisation_passes():
+    # conftest sets it before JAX starts its backend, where XLA reads it
+    assert "--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()

@@ -34,6 +34,10 @@ Python API (for benchmarks and scripts, on a network in memory):
     episodes, max_steps, seed, greedy, game_version
     agents          {name: report} for "policy", "random", "greedy" (those evaluated)
 
+With `--all-members`, `agents` is replaced by `members` (each member's row of the
+population table with its `report`), `settings` (per setting, the mean and std over
+its seeds) and `baselines` ({name: report} for the `--baseline`s, on the same games).
+
 and one agent's report (rates are shares of episodes in [0, 1], std with ddof 0):
 
     episodes; return_mean, return_std, return_median, return_min, return_max;
@@ -515,8 +519,14 @@ def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policie
           f"{args.max_steps} steps each, seed {args.seed}", file=out, flush=True)
     reports = [summarise(run_episodes(make_player(p.network, args.greedy), args.episodes,
                                       args.max_steps, args.seed)) for p in policies]
+    # the baselines on the same games (the random one shares the members' program)
+    baselines = {name: summarise(run_episodes(make_player(name, like=policies[0].network), args.episodes,
+                                              args.max_steps, args.seed))
+                 for name in dict.fromkeys(args.baseline)}
     groups = group_by_setting(table, reports)
     print(format_members(table, reports, groups), file=out)
+    if baselines:
+        print(f"\nbaselines on the same games:\n{format_reports(baselines)}", file=out)
     if args.json is not None:
         document = {
             "schema_version": SCHEMA_VERSION,
@@ -525,6 +535,7 @@ def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policie
             "greedy": args.greedy, "game_version": C.GAME_VERSION,
             "members": [{**row, "report": report} for row, report in zip(table, reports)],
             "settings": groups,
+            "baselines": baselines,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n")
         print(f"wrote {args.json}", file=out)

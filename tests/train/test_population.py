@@ -143,14 +143,17 @@ def test_a_population_run_logs_saves_and_exports_per_member(tmp_path, compile_ca
     # The tools: every member on the same games, one row each, then mean +- std per setting.
     stdout = io.StringIO()
     report = tmp_path / "members.json"
-    assert evaluate.main([str(run_dir), "--all-members", "--episodes", "8", "--json", str(report)],
-                         stdout=stdout) == 0
+    assert evaluate.main([str(run_dir), "--all-members", "--episodes", "8", "--baseline", "random",
+                          "--json", str(report)], stdout=stdout) == 0
     text = stdout.getvalue()
     assert all(name in text for name in NAMES)
     assert "ent-coef=0.01 (n=2)" in text and "ent-coef=0.1 (n=2)" in text
     document = json.loads(report.read_text())
     assert [m["name"] for m in document["members"]] == NAMES
     assert document["settings"]["ent-coef=0.1"]["seeds"] == [3, 4]
+    # the baseline beside them, on the same games
+    assert "baselines on the same games" in text and list(document["baselines"]) == ["random"]
+    assert document["baselines"]["random"]["episodes"] == 8
     chosen = io.StringIO()
     assert evaluate.main([str(run_dir), "--member", NAMES[1], "--episodes", "8"], stdout=chosen) == 0
     assert f"member 1 ({NAMES[1]})" in chosen.getvalue()

@@ -513,16 +513,24 @@ def format_members(table: list[dict[str, Any]], reports: list[dict[str, Any]],
     return "\n".join(lines)
 
 
+def _play(args: "EvaluateArgs", player: AbstractPlayer) -> dict[str, Any]:
+    """`player`'s report on the games `args` names (`--episodes`, `--max-steps`, `--seed`)."""
+    return summarise(run_episodes(player, args.episodes, args.max_steps, args.seed))
+
+
+def _baselines(args: "EvaluateArgs", like: Network | None) -> dict[str, AbstractPlayer]:
+    """The `--baseline` players, in the order given, once each; the random one is a
+    network of `like`'s shape, so it shares the policy's compiled program."""
+    return {name: make_player(name, like=like) for name in dict.fromkeys(args.baseline)}
+
+
 def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policies: list, out) -> int:
-    """`--all-members`: every member on the same games, a row each and per-setting means."""
+    """`--all-members`: every member on the same games, a row each and per-setting means,
+    then the `--baseline`s on those games."""
     print(f"{len(table)} members of {args.policy}; {args.episodes} episodes of at most "
           f"{args.max_steps} steps each, seed {args.seed}", file=out, flush=True)
-    reports = [summarise(run_episodes(make_player(p.network, args.greedy), args.episodes,
-                                      args.max_steps, args.seed)) for p in policies]
-    # the baselines on the same games (the random one shares the members' program)
-    baselines = {name: summarise(run_episodes(make_player(name, like=policies[0].network), args.episodes,
-                                              args.max_steps, args.seed))
-                 for name in dict.fromkeys(args.baseline)}
+    reports = [_play(args, make_player(p.network, args.greedy)) for p in policies]
+    baselines = {name: _play(args, player) for name, player in _baselines(args, policies[0].network).items()}
     groups = group_by_setting(table, reports)
     print(format_members(table, reports, groups), file=out)
     if baselines:
@@ -567,12 +575,10 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
     if policy is not None:
         players["policy"] = make_player(policy.network, args.greedy)
         print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out)
-    for baseline in dict.fromkeys(args.baseline):   # in the order given, once each
-        players[baseline] = make_player(baseline, like=policy.network if policy else None)
+    players.update(_baselines(args, policy.network if policy else None))
     print(f"{args.episodes} episodes of at most {args.max_steps} steps, seed {args.seed}", file=out, flush=True)
 
-    reports = {name: summarise(run_episodes(player, args.episodes, args.max_steps, args.seed))
-               for name, player in players.items()}
+    reports = {name: _play(args, player) for name, player in players.items()}
     print(format_reports(reports), file=out)
     if args.json is not None:
         document = {

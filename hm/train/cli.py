@@ -32,7 +32,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     lr: float | None = _CONFIG.lr  # Adam learning rate in (0, 1]; default: 1e-3, or 2.5e-4 for batches of at most 256 x 128.
     gamma: float = _CONFIG.gamma  # Discount factor in [0, 1].
     gae_lambda: float = _CONFIG.gae_lambda  # GAE lambda in [0, 1].
-    num_minibatches: int | None = _CONFIG.num_minibatches  # Minibatches per epoch (>= 1); default: batch / 8192 in [4, 64].
+    num_minibatches: int | None = _CONFIG.num_minibatches  # Minibatches per epoch (>= 1); default: batch / 2048 in [4, 64].
     update_epochs: int | None = _CONFIG.update_epochs  # Epochs per update (>= 1); default: auto-scaled with the batch.
     clip_eps: float = _CONFIG.clip_eps  # PPO clip range (> 0).
     vf_coef: float = _CONFIG.vf_coef  # Value-loss coefficient (>= 0).

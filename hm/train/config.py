@@ -10,14 +10,16 @@ Auto-scaling (when the user leaves a value unset). The reference batch is
 256 envs x 128 steps = 32,768 samples with 4 minibatches x 4 epochs at lr 2.5e-4.
 For a larger batch, `scale = batch / 32768`:
 
-* `num_minibatches ~= batch / 8192` (minibatches stay near 8,192 samples), clamped to
+* `num_minibatches ~= batch / 2048` (minibatches stay near 2,048 samples), clamped to
   [4, 64] and rounded to a count that splits the batch evenly over the devices;
 * `update_epochs = max(2, 4 // scale)`;
-* `lr = 1e-3`. With minibatches held near 8,192 samples, a larger batch takes more
+* `lr = 1e-3`. With minibatches held near 2,048 samples, a larger batch takes more
   gradient steps per update but the same number per sample, so the step size need not
   shrink. (An earlier rule, `2.5e-4 * 16 / (num_minibatches * update_epochs)`, shrank it
   to 6.25e-5 at 2048 envs, and the policy stopped moving: docs/learning.md has the
-  curves that chose 1e-3.)
+  curves that chose 1e-3.) At 2 epochs that is one gradient step per 1,024 samples;
+  minibatches of 8,192 (one step per 4,096) learned more slowly at the same cost (behind
+  from 4M to 16M env steps, level at 20M: docs/learning.md#gradient-steps).
 
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
@@ -75,7 +77,7 @@ REFERENCE_EPOCHS = 4
 REFERENCE_LR = 2.5e-4
 # The step size above the reference batch (docs/learning.md: 3 seeds at 2048 envs).
 LARGE_BATCH_LR = 1e-3
-TARGET_MINIBATCH = 8192
+TARGET_MINIBATCH = 2048  # docs/learning.md#gradient-steps
 MIN_MINIBATCHES, MAX_MINIBATCHES = 4, 64
 # Auto `updates_per_call` fuses updates until one call covers about this many env
 # steps, so the host's per-call work (logging, checkpoints) is amortised for small
@@ -253,11 +255,11 @@ def effective_devices(config: TrainConfig, available: int) -> int:
 
 
 def _auto_minibatches(batch: int, devices: int) -> int:
-    """Minibatch count in [4, 64] nearest to batch/8192 that splits evenly over devices.
+    """Minibatch count in [4, 64] nearest to batch/2048 that splits evenly over devices.
 
-    The minibatch is near 8,192 samples; among the counts that divide the batch into
-    equal per-device shares, the one whose minibatch size is closest to 8,192 wins
-    (the larger count on a tie). If none does, `batch // 8192` clamped is returned
+    The minibatch is near 2,048 samples; among the counts that divide the batch into
+    equal per-device shares, the one whose minibatch size is closest to 2,048 wins
+    (the larger count on a tie). If none does, `batch // 2048` clamped is returned
     and `validate` reports it.
     """
     if batch <= REFERENCE_BATCH:

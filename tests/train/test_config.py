@@ -22,12 +22,12 @@ from hm.train.config import (
     [
         (8, 16, 4, 4, 2.5e-4),          # tiny: reference values
         (256, 128, 4, 4, 2.5e-4),       # the reference batch itself
-        (512, 128, 8, 2, 1e-3),         # scale 2: 65536/8192 = 8, 4//2 = 2
-        (1024, 128, 16, 2, 1e-3),       # scale 4
-        (2048, 128, 32, 2, 1e-3),       # the default: scale 8
-        (4096, 128, 64, 2, 1e-3),       # scale 16
-        (8192, 128, 64, 2, 1e-3),       # minibatches clamp at 64
-        (384, 128, 6, 2, 1e-3),         # scale 1.5: 49152/8192 = 6, 4//1.5 = 2
+        (512, 128, 32, 2, 1e-3),        # scale 2: 65536/2048 = 32, 4//2 = 2
+        (1024, 128, 64, 2, 1e-3),       # scale 4
+        (2048, 32, 32, 2, 1e-3),        # the default: scale 2
+        (2048, 128, 64, 2, 1e-3),       # scale 8: minibatches clamp at 64 (of 4,096)
+        (8192, 128, 64, 2, 1e-3),       # scale 32: 64 of 16,384
+        (384, 128, 24, 2, 1e-3),        # scale 1.5: 49152/2048 = 24, 4//1.5 = 2
     ],
 )
 def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
@@ -39,9 +39,10 @@ def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
 
 def test_default_config_resolves_as_the_issue_says():
     resolved = resolve(TrainConfig(), "cpu", 1)
-    # 2048 envs x 32 steps: 8 minibatches of 8,192 x 2 epochs, 4 updates (2^18 steps) per call
-    assert resolved.batch_size == 65536 and resolved.minibatch_size == 8192
-    assert (resolved.num_minibatches, resolved.update_epochs) == (8, 2)
+    # 2048 envs x 32 steps: 32 minibatches of 2,048 x 2 epochs (docs/learning.md#gradient-steps),
+    # 4 updates (2^18 steps) per call
+    assert resolved.batch_size == 65536 and resolved.minibatch_size == 2048
+    assert (resolved.num_minibatches, resolved.update_epochs) == (32, 2)
     assert resolved.lr == 1e-3 and resolved.ent_coef == 0.01
     assert resolved.precision == "f32" and resolved.updates_per_call == 4
 
@@ -84,10 +85,10 @@ def test_auto_precision_per_backend(backend, precision):
 
 
 def test_auto_minibatches_split_over_devices():
-    # 1000 x 128 = 128000: 128000/8192 = 15.6; 16 divides it (8000 per minibatch)
-    resolved = resolve(TrainConfig(num_envs=1000, num_steps=128), "cpu", 1)
-    assert resolved.num_minibatches == 16 and resolved.batch_size % 16 == 0
-    resolved = resolve(TrainConfig(num_envs=1000, num_steps=128, devices=8), "cpu", 8)
+    # 1000 x 48 = 48000: 48000/2048 = 23.4, but 23 does not divide it; 24 does (2,000 per minibatch)
+    resolved = resolve(TrainConfig(num_envs=1000, num_steps=48), "cpu", 1)
+    assert resolved.num_minibatches == 24 and resolved.batch_size % 24 == 0
+    resolved = resolve(TrainConfig(num_envs=1000, num_steps=48, devices=8), "cpu", 8)
     assert resolved.batch_size % (resolved.num_minibatches * 8) == 0
 
 

@@ -10,8 +10,9 @@ passes cost more than they save: on the 2-core CI machine the whole suite, from 
 cache, took 1,678 s of pytest with it against 2,235 s without (docs/performance.md §3.5),
 though the tests that run much compiled code (the conv network's probes) are slower.
 HLO-level optimisation (fusion, simplification) is unchanged: the level only changes how
-the machine code is optimised, and the whole suite passes at either level. Benchmarks run outside pytest and keep XLA's defaults. Tests that start
-subprocesses pass their own XLA_FLAGS.
+the machine code is optimised, and the whole suite passes at either level. Benchmarks
+run outside pytest and keep XLA's defaults. Tests that start subprocesses pass their
+own XLA_FLAGS.
 Hypothesis gets no per-example deadline: an example that compiles a program takes
 seconds the first time and milliseconds after, which a deadline reports as flaky.
 """

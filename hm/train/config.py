@@ -59,6 +59,14 @@ as it was; `None` (the default) is the env's
 chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
 env; a config resolved and trained without it (`make_train_fn` directly) takes None as 0.
 
+Reward shaping. `shaping` > 0 adds to the learner's reward, on every step, that
+coefficient times γΦ(s') − Φ(s), where Φ is the env's `potential` (for the game, the
+greedy player's heuristic value: −0.01 × the exit distance − 0.5 × the enemies next to
+the player that can act next turn) and Φ(s') = 0 when the game ended on the step
+(potential-based shaping: Ng, Harada and Russell, 1999, which leaves the best policy
+unchanged). Unlike the game's own distance term it cannot be farmed: a step away undoes
+a step closer. 0 (the default) leaves the program as it was; docs/learning.md#shaping.
+
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
 `seed, seed + 1, ...`. Only the hyper-parameters in `SWEEPABLE` can be swept: they are
@@ -88,7 +96,7 @@ MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
-             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef")
+             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "shaping")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -153,6 +161,8 @@ class TrainConfig:
     # falling linearly to 0 at teacher_steps env steps; 0 off; None the env's
     # default_teacher_coef (for the game: 1), which the trainer (hm.train.run) applies
     teacher_coef: float | None = None
+    # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
+    shaping: float = 0.0
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
     # trainer before the config is saved, so a resume keeps the run's schedule
     teacher_steps: int | None = None
@@ -337,7 +347,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         teacher_steps=teacher_steps,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum"):
+                 "curriculum", "shaping"):
         fields[name] = float(fields[name])
     if config.teacher_coef is not None:
         fields["teacher_coef"] = float(config.teacher_coef)
@@ -456,6 +466,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_float(config, "teacher_coef", 0.0, None, optional=True)
     _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
+    _check_float(config, "shaping", 0.0, None)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)
     explicit_every = config.teacher_every is not None
@@ -470,6 +481,12 @@ def uses_teacher(config: TrainConfig) -> bool:
     """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
     swept = [values for name, values in config.sweep if name == "teacher_coef"]
     return (config.teacher_coef or 0.0) > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
+
+
+def uses_shaping(config: TrainConfig) -> bool:
+    """Whether any member's reward is shaped (`shaping` > 0, or swept)."""
+    swept = [values for name, values in config.sweep if name == "shaping"]
+    return config.shaping > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
 
 
 def _check_reward_weights(config: TrainConfig) -> None:

@@ -61,6 +61,8 @@ class AbstractEnv(eqx.Module):
     teacher: ClassVar[str | None] = None
     # Its weight unless `--teacher-coef` says otherwise (`hm.train.run.Trainer` applies it).
     default_teacher_coef: ClassVar[float] = 0.0
+    # What `potential` measures, for reward shaping (`--shaping`); None: the env has none.
+    potential_name: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
@@ -101,6 +103,11 @@ class AbstractEnv(eqx.Module):
         """The scripted teacher's action in each of a batch of states (leading axis n),
         state i's randomness from `keys[i]` alone. Envs with a `teacher` override it."""
         raise NotImplementedError(f"{type(self).__name__} has no teacher")
+
+    def potential(self, state: PyTree) -> Float[Array, ""]:
+        """Φ(state) of a state still running, for potential-based reward shaping
+        (`--shaping`; `hm.train.learner`). Envs with a `potential_name` override it."""
+        raise NotImplementedError(f"{type(self).__name__} has no potential")
 
     def encode_obs(self, obs: Float[Array, " obs"]) -> PyTree:
         """A compact form of `obs` for the rollout buffer; `decode_obs` inverts it exactly."""
@@ -184,6 +191,7 @@ class HackMatrixEnv(_HackMatrixShaped):
     # teaches by default: docs/learning.md#teacher
     teacher: ClassVar[str | None] = "greedy"
     default_teacher_coef: ClassVar[float] = 1.0
+    potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
 
     def reset(self, key):
         return self.start(key, EnvParams())   # the default params: an ordinary game
@@ -210,6 +218,10 @@ class HackMatrixEnv(_HackMatrixShaped):
 
     def teacher_actions(self, states, mask, keys):
         return greedy.choose_each(states, mask, keys)
+
+    def potential(self, state):
+        # −0.01 × exit distance − 0.5 × enemies next to the player that can act next turn
+        return greedy.value(state)
 
 
 class NullState(eqx.Module):
@@ -273,9 +285,12 @@ class NullEnv(_HackMatrixShaped):
 class Episodes(Environment):
     """Any `AbstractEnv` as an `hm.env.Environment`, whose `step` adds truncation,
     auto-reset and the episode counters. `step`'s `info` holds `EnvInfo`'s fields
-    (`reward_terms` as the env's vector) besides the keys `Environment.step` adds."""
+    (`reward_terms` as the env's vector) besides the keys `Environment.step` adds, and,
+    when `potentials` is set, the rules' `potential` of the state before the step
+    (`potential`) and after it (`next_potential`, 0 when the episode ended there)."""
 
     rules: AbstractEnv
+    potentials: bool = eqx.field(static=True, default=False)
 
     @property
     def num_actions(self) -> int:
@@ -290,9 +305,13 @@ class Episodes(Environment):
         return obs, state
 
     def step_env(self, key, game_state, action):
-        state, obs, reward, done, info = self.rules.step(game_state, action, key)
-        return (obs, state, jnp.asarray(reward, jnp.float32), jnp.asarray(done, bool),
-                {"reward_terms": info.reward_terms, "stage": info.stage, "won": info.won})
+        new_state, obs, reward, done, info = self.rules.step(game_state, action, key)
+        done = jnp.asarray(done, bool)
+        out = {"reward_terms": info.reward_terms, "stage": info.stage, "won": info.won}
+        if self.potentials:
+            out["potential"] = self.rules.potential(game_state)
+            out["next_potential"] = jnp.where(done, 0.0, self.rules.potential(new_state))
+        return obs, new_state, jnp.asarray(reward, jnp.float32), done, out
 
     def game_action_mask(self, game_state):
         return self.rules.legal_actions(game_state)
@@ -325,6 +344,10 @@ class StepOutput(eqx.Module):
     info: EnvInfo                      # batched
     episode_return: Float[Array, " n"]  # return of the episode that just finished (if any)
     episode_length: Int32[Array, " n"]
+    # with `vector_step(..., potentials=True)`: the env's potential before the step and
+    # after it (0 where the episode ended; before any reset); otherwise None
+    potential: Float[Array, " n"] | None = None
+    next_potential: Float[Array, " n"] | None = None
 
 
 _RESET_SHAPES: dict[Any, PyTree] = {}
@@ -395,10 +418,12 @@ def vector_step(
     max_episode_steps: int,
     curriculum_share: Float[Array, " n"] | float = 0.0,
     curriculum_max_stage: Int32[Array, " n"] | int = C.NUM_STAGES,
+    potentials: bool = False,
 ) -> tuple[VecEnvState, StepOutput]:
     """Step every game with `hm.env`'s `step` (`Episodes(env)`): episodes are cut at
     `max_episode_steps`, and finished slots continue with a new game from their key,
-    started as the slot's curriculum settings ask (one value per slot, or one for all)."""
+    started as the slot's curriculum settings ask (one value per slot, or one for all).
+    `potentials` also reports the env's `potential` before and after each step."""
     slots = _per_slot(actions.shape[0], curriculum_share, curriculum_max_stage)
 
     def step(key, game_state, episode_return, episode_length, action, share, max_stage):
@@ -406,7 +431,7 @@ def vector_step(
                          episode_length=episode_length)
         params = EnvParams(max_episode_steps=max_episode_steps, curriculum_share=share,
                            curriculum_max_stage=max_stage)
-        obs, state, reward, _, info = Episodes(env).step(key, state, action, params)
+        obs, state, reward, _, info = Episodes(rules=env, potentials=potentials).step(key, state, action, params)
         env_info = EnvInfo(reward_terms=info["reward_terms"], stage=info["stage"], won=info["won"])
         return obs, state, reward, info, env_info
 
@@ -417,7 +442,8 @@ def vector_step(
     out = StepOutput(final_obs=info["final_observation"], reward=reward,
                      done=info["terminated"], truncated=info["truncated"], info=env_info,
                      episode_return=info["episode_return"],
-                     episode_length=info["episode_length"])
+                     episode_length=info["episode_length"],
+                     potential=info.get("potential"), next_potential=info.get("next_potential"))
     return new, out
 
 

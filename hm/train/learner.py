@@ -71,6 +71,7 @@ from hm.train.config import ResolvedConfig
 from hm.train.envs import (
     AbstractEnv,
     HackMatrixEnv,
+    StepOutput,
     VecEnvState,
     vector_start,
     vector_step,
@@ -116,6 +117,7 @@ class Hyper(eqx.Module):
     curriculum: HyperValue                 # share of new episodes that are curriculum starts
     curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
     teacher_coef: HyperValue               # weight of the teacher's cross-entropy (annealed by `update`)
+    shaping: HyperValue                    # weight of potential-based reward shaping; 0: off
 
 
 def make_hyper(resolved: ResolvedConfig) -> Hyper:
@@ -200,6 +202,28 @@ def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
     if config_lib.uses_teacher(config) and env.teacher is None:
         raise config_lib.ConfigError("--teacher-coef", f"--teacher-coef: {type(env).__name__} has no scripted "
                                                        "teacher; leave --teacher-coef at 0")
+
+
+def check_shaping(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
+    """Refuse reward shaping (`shaping` > 0) for an env that has no potential.
+
+    Raises:
+        ConfigError: naming `--shaping`.
+    """
+    if config_lib.uses_shaping(config) and env.potential_name is None:
+        raise config_lib.ConfigError("--shaping", f"--shaping: {type(env).__name__} has no potential to "
+                                                  "shape the reward with; leave --shaping at 0")
+
+
+def shaped_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
+    """`reward` plus each member's `shaping` × (γΦ(s') − Φ(s)) (`config.py`, "Reward shaping").
+
+    Φ(s') is 0 where the game ended, so over a whole game the shaping adds up to −Φ of
+    its first state plus what discounting leaves: the best policy does not change (Ng,
+    Harada and Russell, 1999). A truncated episode's Φ(s') is its last state's, and its
+    bootstrap value estimates the shaped return from there, as for any other step."""
+    coef, gamma = hyper.shaping[:, None], hyper.gamma[:, None]
+    return reward + coef * (gamma * out.next_potential - out.potential)
 
 
 # The teacher draws its randomness from each step's key folded with this (a stream of its
@@ -382,6 +406,7 @@ class Learner(eqx.Module):
         num_actions = self.env.num_actions
         weights = reward_weight_vector(self.env, self.config.reward_weights)
         teach = config_lib.uses_teacher(self.config)
+        shape = config_lib.uses_shaping(self.config)
 
         def step(envs: VecEnvState, t):
             both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
@@ -392,12 +417,14 @@ class Learner(eqx.Module):
             log_prob = distributions.log_prob(logits, envs.mask, action)
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
                                         _flat(self._per_env_keys(env_keys)),
-                                        self.config.max_episode_steps, *curriculum)
+                                        self.config.max_episode_steps, *curriculum, potentials=shape)
             teacher_action = self.teacher_actions(envs, steps_keys, t, hyper) if teach else None
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             # what the learner maximises: the env's reward, or its terms reweighted
             reward = out.reward if weights is None else out.info.reward_terms @ weights
+            if shape:
+                reward = shaped_reward(reward, out, hyper)
             transition = Trajectory(
                 obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
                 action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
@@ -757,6 +784,7 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
                          f"for {resolved.devices}")
     reward_weight_vector(env, resolved.reward_weights)  # a bad term name fails here, naming the flag
     check_teacher(env, resolved)
+    check_shaping(env, resolved)
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)

@@ -66,6 +66,7 @@ BAD_INPUT = [
     (["--num-processes", "2", "--process-id", "2", "--coordinator-address", "localhost:1"], "--process-id must be in [0, 1]"),
     (["--coordinator-address", "localhost:1"], "--coordinator-address, --num-processes and --process-id go together"),
     (["--value-norm", "2"], "--value-norm must be a number in [0, 1]; got 2.0"),
+    (["--shaping", "-1"], "--shaping must be a number >= 0; got -1.0"),
     (["--reward-weights", "distance"], "--reward-weights takes TERM=WEIGHT (e.g. distance=0); got 'distance'"),
     (["--reward-weights", "distance=x"], "--reward-weights distance: 'x' is not a number"),
     (["--reward-weights", "distance=nan"], "--reward-weights distance: the weight must be a finite number"),
@@ -162,6 +163,11 @@ def test_teacher_flags_parse_into_the_config_and_default_to_the_envs():
                                                    "--teacher-every", "4"])
     config = args.train_config()
     assert (config.teacher_coef, config.teacher_steps, config.teacher_every) == (0.5, 1000, 4)
+
+
+def test_shaping_parses_into_the_config_and_is_off_by_default():
+    assert TrainArgs(prog="bin/train").parse_args([]).train_config().shaping == 0.0
+    assert TrainArgs(prog="bin/train").parse_args(["--shaping", "0.5"]).train_config().shaping == 0.5
 
 
 def test_explicit_fields_reads_both_flag_forms():

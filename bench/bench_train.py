@@ -48,7 +48,7 @@ class Args(Tap):
     updates_per_call: int | None = None  # updates fused per call (default: auto)
     precision: str = "auto"  # auto | f32 | bf16
     env: Literal["both", "game", "null"] = "both"  # which environment(s) to train on
-    network: list[Literal["mlp", "conv"]] = ["mlp"]  # network kind(s); several are timed interleaved
+    network: list[Literal["mlp", "conv", "local"]] = ["mlp"]  # network kind(s); several are timed interleaved
     critic: Literal["shared", "separate"] = "shared"  # the value head's trunk
     num_seeds: list[int] = [1]  # population size(s): N members of num_envs each; several are timed interleaved
     teacher_every: list[int] = [0]  # 0: no teacher; N: the greedy teacher labels one slot in N (game only); interleaved

@@ -41,7 +41,8 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     value_norm: float = _CONFIG.value_norm  # Normalise value targets (PopArt): step of their running mean and std per update, in [0, 1]; 0: off.
     hidden_dim: int = _CONFIG.hidden_dim  # Width of the trunk's hidden layers (>= 1).
     num_layers: int = _CONFIG.num_layers  # Hidden tanh layers of the trunk (>= 1).
-    network: Literal["mlp", "conv"] = _CONFIG.network  # mlp: on the flat observation; conv: a 3x3 convolution over the board first (docs/networks.md)
+    # mlp; conv: a 3x3 convolution first; local: the MLP plus the 5x5 cells around the player (docs/networks.md)
+    network: Literal["mlp", "conv", "local"] | None = _CONFIG.network  # local: MLP + 5x5 cells at the player; default: the env's (game: local).
     critic: Literal["shared", "separate"] = _CONFIG.critic  # shared: one trunk for both heads; separate: the value head has its own (twice the work).
     precision: Literal["auto", "f32", "bf16"] = _CONFIG.precision  # Compute precision; auto: bf16 on TPU/GPU, f32 on CPU.
     seed: int = _CONFIG.seed  # Random seed in [0, 2^32 - 1].

@@ -109,7 +109,7 @@ MAX_MEMBERS = 1024
 
 PRECISIONS = ("auto", "f32", "bf16")
 # Network kinds and critic options (`hm.train.network`); here so the config imports no JAX.
-NETWORKS = ("mlp", "conv")
+NETWORKS = ("mlp", "conv", "local")
 CRITICS = ("shared", "separate")
 
 
@@ -142,7 +142,9 @@ class TrainConfig:
     value_norm: float = 0.0
     hidden_dim: int = 256
     num_layers: int = 2
-    network: str = "mlp"
+    # None: the env's default_network (for the game: local, docs/learning.md#local-view),
+    # made concrete by the trainer before the config is saved
+    network: str | None = None
     critic: str = "shared"
     precision: str = "auto"
     seed: int = 0
@@ -440,6 +442,8 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_int(config, "hidden_dim", 1)
     _check_int(config, "num_layers", 1)
     for name, allowed in (("network", NETWORKS), ("critic", CRITICS)):
+        if name == "network" and config.network is None:
+            continue
         if getattr(config, name) not in allowed:
             raise ConfigError(flag(name), f"{flag(name)} must be one of {', '.join(allowed)}; "
                                           f"got {getattr(config, name)!r}")

@@ -63,6 +63,8 @@ class AbstractEnv(eqx.Module):
     default_teacher_coef: ClassVar[float] = 0.0
     # What `potential` measures, for reward shaping (`--shaping`); None: the env has none.
     potential_name: ClassVar[str | None] = None
+    # The network kind (`hm.train.network.KINDS`) unless `--network` says otherwise.
+    default_network: ClassVar[str] = "mlp"
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, Float[Array, " obs"]]:
@@ -192,6 +194,8 @@ class HackMatrixEnv(_HackMatrixShaped):
     teacher: ClassVar[str | None] = "greedy"
     default_teacher_coef: ClassVar[float] = 1.0
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
+    # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
+    default_network: ClassVar[str] = "local"
 
     def reset(self, key):
         return self.start(key, EnvParams())   # the default params: an ordinary game

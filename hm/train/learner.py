@@ -204,6 +204,12 @@ def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
                                                        "teacher; leave --teacher-coef at 0")
 
 
+def network_kind(config: config_lib.TrainConfig, env: AbstractEnv) -> str:
+    """The network kind `config` asks for: its `network`, or the env's `default_network`
+    where that is None."""
+    return env.default_network if config.network is None else config.network
+
+
 def check_shaping(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
     """Refuse reward shaping (`shaping` > 0) for an env that has no potential.
 
@@ -347,7 +353,7 @@ class Learner(eqx.Module):
     def init_params(self, key: PRNGKeyArray) -> Network:
         """One member's network."""
         return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
-                       self.config.num_layers, kind=self.config.network, critic=self.config.critic, key=key)
+                       self.config.num_layers, kind=network_kind(self.config, self.env), critic=self.config.critic, key=key)
 
     def init_envs(self) -> VecEnvState:
         """Slots with no game yet, [P, n]: the first rollout starts them (`vector_start`)."""

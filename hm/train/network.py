@@ -2,7 +2,8 @@
 
 `Network(obs_size, num_actions, hidden_dim, num_layers, kind=..., critic=...)`:
 
-* `kind="mlp"` (the default): the trunk reads the flat observation (1545 numbers for the
+* `kind="mlp"` (the class's default, and the trainer's for envs other than the game):
+  the trunk reads the flat observation (1545 numbers for the
   game) through `num_layers` tanh layers of `hidden_dim` units. Its first layer,
   1545 x 256, is 84 % of the arithmetic.
 * `kind="conv"`: a `GridEncoder` first looks at the 6x6 board: a per-cell embedding
@@ -14,6 +15,14 @@
   input gradients, the MLP's first layer does not), and on CPU it trains about 2x
   slower than the MLP (small convolutions run far below matmul speed; docs/networks.md).
   It needs the game's observation layout (`obs_size` 1545).
+* `kind="local"`: the MLP, reading the flat observation and, after it, the 5x5 cells
+  centred on the player (`LocalView`: the 42 grid channels and an "on the board"
+  plane of each, 1075 numbers). The flat observation gives the player's cell only as
+  two numbers (row / 5, col / 5), so "an enemy next to me" is, for the MLP, a
+  conjunction of those and one of 36 cells' channels; here it is a fixed input. No
+  parameters of its own: the first dense layer reads 2620 numbers instead of 1545
+  (forward 1.6x the MLP's FLOPs). It needs the game's observation layout. The trainer's
+  default for the game (`HackMatrixEnv.default_network`; docs/learning.md#local-view).
 
 `critic="shared"` runs one trunk (and encoder) for both heads, which halves the cost of
 the network, where PPO spends its time on CPU; `critic="separate"` gives the value head
@@ -61,6 +70,9 @@ from hm.train.config import NETWORKS as KINDS
 # "on the board" plane (so the zero padding of the 3x3 convolution reads as off-board).
 GRID_PLANES = C.GRID_CHANNELS + 2
 CELL_CHANNELS = 16
+# LocalView: the cells within this many rows and columns of the player (a 5x5 window;
+# a virus moves two cells a turn).
+LOCAL_RADIUS = 2
 _HEAD = C.PLAYER_FEATURES + C.NUM_PROGRAMS  # the flat observation's non-grid prefix
 
 
@@ -99,6 +111,45 @@ class Conv3x3(eqx.Module):
         return y + jnp.broadcast_to(self.bias, y.shape)
 
 
+def _player_cell(obs: Float[Array, " obs"]) -> tuple[Array, Array]:
+    """The player's (row, col): the grid has no player channel; the player vector holds
+    row / 5 and col / 5 (docs/rules.md §15)."""
+    row = jnp.round(obs[0] * (C.ROWS - 1)).astype(jnp.int32)
+    col = jnp.round(obs[1] * (C.COLS - 1)).astype(jnp.int32)
+    return row, col
+
+
+def _on_board(grid: Float[Array, "rows cols channels"]) -> Float[Array, "rows cols channels_1"]:
+    """`grid` with a last plane of ones, so that padding outside the board reads as off-board."""
+    return jnp.concatenate([grid, jnp.ones((*grid.shape[:2], 1), grid.dtype)], axis=-1)
+
+
+class LocalView(eqx.Module):
+    """The flat observation, then the (2r+1) x (2r+1) cells centred on the player.
+
+    Each cell of the window gives the 42 grid channels and an "on the board" plane (0
+    for cells past the edge), row by row from the top left; the centre is the player's
+    own cell. No parameters: it rearranges the observation for the MLP.
+    """
+
+    radius: int = eqx.field(static=True, default=LOCAL_RADIUS)
+
+    def out_size(self, obs_size: int) -> int:
+        side = 2 * self.radius + 1
+        return obs_size + side * side * (C.GRID_CHANNELS + 1)
+
+    def window(self, obs: Float[Array, " obs"]) -> Float[Array, "side side planes"]:
+        r, side = self.radius, 2 * self.radius + 1
+        planes = _on_board(obs[_HEAD:].reshape(C.ROWS, C.COLS, C.GRID_CHANNELS))
+        padded = jnp.pad(planes, ((r, r), (r, r), (0, 0)))
+        row, col = _player_cell(obs)
+        # padded (row, col) is the board's (row - r, col - r): the window's top left
+        return lax.dynamic_slice(padded, (row, col, 0), (side, side, C.GRID_CHANNELS + 1))
+
+    def __call__(self, obs: Float[Array, " obs"]) -> Float[Array, " features"]:
+        return jnp.concatenate([obs, self.window(obs).reshape(-1)])
+
+
 class GridEncoder(eqx.Module):
     """The board as 36 cells: a shared per-cell embedding, then a 3x3 convolution.
 
@@ -121,12 +172,9 @@ class GridEncoder(eqx.Module):
     def __call__(self, obs: Float[Array, " obs"]) -> Float[Array, " features"]:
         head = obs[:_HEAD]
         grid = obs[_HEAD:].reshape(C.ROWS, C.COLS, C.GRID_CHANNELS)
-        # The player's cell is in the player vector (row / 5, col / 5), not in the grid.
-        row = jnp.round(obs[0] * (C.ROWS - 1)).astype(jnp.int32)
-        col = jnp.round(obs[1] * (C.COLS - 1)).astype(jnp.int32)
+        row, col = _player_cell(obs)
         player = (jnp.arange(C.ROWS)[:, None] == row) & (jnp.arange(C.COLS)[None, :] == col)
-        planes = jnp.concatenate(
-            [grid, player[..., None].astype(obs.dtype), jnp.ones((C.ROWS, C.COLS, 1), obs.dtype)], axis=-1)
+        planes = _on_board(jnp.concatenate([grid, player[..., None].astype(obs.dtype)], axis=-1))
         cells = jnp.tanh(self.embed(planes))
         cells = jnp.tanh(self.conv(cells))
         return jnp.concatenate([cells.reshape(-1), head])
@@ -138,7 +186,7 @@ def _trunk(fan_in: int, hidden_dim: int, num_layers: int, key: PRNGKeyArray) -> 
     return tuple(Linear(sizes[i], sizes[i + 1], math.sqrt(2.0), key=keys[i]) for i in range(num_layers))
 
 
-def _features(encoder: GridEncoder | None, trunk: tuple[Linear, ...],
+def _features(encoder: GridEncoder | LocalView | None, trunk: tuple[Linear, ...],
               obs: Float[Array, " obs"]) -> Float[Array, " hidden"]:
     h = obs if encoder is None else encoder(obs)
     for layer in trunk:
@@ -152,8 +200,8 @@ def check_kind(kind: str, critic: str, obs_size: int) -> None:
         raise ValueError(f"unknown network kind {kind!r}; expected one of {', '.join(KINDS)}")
     if critic not in CRITICS:
         raise ValueError(f"unknown critic {critic!r}; expected one of {', '.join(CRITICS)}")
-    if kind == "conv" and obs_size != C.OBS_FLAT_SIZE:
-        raise ValueError(f"the conv network reads the game's observation layout ({C.OBS_FLAT_SIZE} "
+    if kind in ("conv", "local") and obs_size != C.OBS_FLAT_SIZE:
+        raise ValueError(f"the {kind} network reads the game's observation layout ({C.OBS_FLAT_SIZE} "
                          f"numbers); this environment's observation has {obs_size}")
 
 
@@ -166,9 +214,9 @@ class Network(eqx.Module):
     output to reward units (the module docstring); they are not trained by gradient.
     """
 
-    encoder: GridEncoder | None
+    encoder: GridEncoder | LocalView | None
     trunk: tuple[Linear, ...]
-    value_encoder: GridEncoder | None
+    value_encoder: GridEncoder | LocalView | None
     value_trunk: tuple[Linear, ...] | None
     policy_head: Linear
     value_head: Linear
@@ -186,8 +234,14 @@ class Network(eqx.Module):
 
         def tower(tower_key):
             encoder_key, trunk_key = jax.random.split(tower_key)
-            encoder = GridEncoder(key=encoder_key) if kind == "conv" else None
-            fan_in = obs_size if encoder is None else encoder.out_size()
+            if kind == "conv":
+                encoder = GridEncoder(key=encoder_key)
+                fan_in = encoder.out_size()
+            elif kind == "local":
+                encoder = LocalView()
+                fan_in = encoder.out_size(obs_size)
+            else:
+                encoder, fan_in = None, obs_size
             return encoder, _trunk(fan_in, hidden_dim, num_layers, trunk_key)
 
         self.encoder, self.trunk = tower(trunk_key)

@@ -73,8 +73,9 @@ MACHINE_FIELDS = frozenset({"devices"})
 # Fields added after runs had been saved, and the value that reproduces what such a run
 # trained with: a resume of a checkpoint whose config lacks one takes this value (unless
 # given explicitly), not the field's new default.
-# `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher.
-LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0}
+# `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher;
+# `network`: the MLP.
+LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0, "network": "mlp"}
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -304,6 +305,8 @@ class Trainer:
             config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
         if config.teacher_coef is None:
             config = dataclasses.replace(config, teacher_coef=self.env.default_teacher_coef)
+        if config.network is None:
+            config = dataclasses.replace(config, network=self.env.default_network)
         # the teacher's length, by default the whole run: concrete before the config is
         # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
         if config.teacher_steps is None:

@@ -15,7 +15,7 @@ from hm.train import checkpoint
 from hm.train.checkpoint import Architecture, CheckpointMeta, Layout
 from hm.train.network import Network
 
-KINDS = [("conv", "shared"), ("mlp", "separate"), ("conv", "separate")]
+KINDS = [("conv", "shared"), ("mlp", "separate"), ("conv", "separate"), ("local", "shared")]
 
 
 class StandInState(eqx.Module):

@@ -130,7 +130,7 @@ BAD = [
     ({"value_norm": -0.1}, 1, "--value-norm", "[0, 1]"),
     ({"hidden_dim": 0}, 1, "--hidden-dim", "integer >= 1"),
     ({"num_layers": 0}, 1, "--num-layers", "integer >= 1"),
-    ({"network": "transformer"}, 1, "--network", "--network must be one of mlp, conv; got 'transformer'"),
+    ({"network": "transformer"}, 1, "--network", "--network must be one of mlp, conv, local; got 'transformer'"),
     ({"critic": "twin"}, 1, "--critic", "--critic must be one of shared, separate; got 'twin'"),
     ({"precision": "fp16"}, 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
     ({"seed": -1}, 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),

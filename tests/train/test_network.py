@@ -14,7 +14,16 @@ from hm.train import distributions
 from hm.train.config import TrainConfig, resolve
 from hm.train.learner import init, make_train_fn, member_of
 from hm.train.mesh import make_mesh
-from hm.train.network import CELL_CHANNELS, CRITICS, KINDS, Network, evaluate, flops_per_sample, popart_update
+from hm.train.network import (
+    CELL_CHANNELS,
+    CRITICS,
+    KINDS,
+    LocalView,
+    Network,
+    evaluate,
+    flops_per_sample,
+    popart_update,
+)
 from hm.train.precision import cast_floating
 
 OBS = C.OBS_FLAT_SIZE
@@ -148,9 +157,30 @@ def test_conv_encoder_is_a_convolution_over_the_board():
     assert not np.allclose(a[3:6, 3:6], moved[3:6, 3:6])
 
 
-def test_conv_needs_the_game_observation():
-    with pytest.raises(ValueError, match="conv network reads the game's observation layout"):
-        Network(8, 3, 16, 1, kind="conv", key=jax.random.key(0))
+@pytest.mark.parametrize("kind", ["conv", "local"])
+def test_board_networks_need_the_game_observation(kind):
+    with pytest.raises(ValueError, match=f"{kind} network reads the game's observation layout"):
+        Network(8, 3, 16, 1, kind=kind, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("row, col", [(0, 0), (2, 3), (5, 5), (4, 1)])
+def test_the_local_view_is_the_5x5_cells_around_the_player(row, col):
+    obs = game_like_obs(jax.random.key(row * 6 + col), 1)[0]
+    obs = obs.at[0].set(row / 5).at[1].set(col / 5)
+    grid = np.asarray(obs[C.PLAYER_FEATURES + C.NUM_PROGRAMS:]).reshape(C.ROWS, C.COLS, C.GRID_CHANNELS)
+    features = np.asarray(LocalView()(obs))
+    np.testing.assert_array_equal(features[:OBS], obs)   # the flat observation first, unchanged
+    window = features[OBS:].reshape(5, 5, C.GRID_CHANNELS + 1)
+    for dr in range(-2, 3):
+        for dc in range(-2, 3):
+            r, c = row + dr, col + dc
+            cell = window[dr + 2, dc + 2]
+            if 0 <= r < C.ROWS and 0 <= c < C.COLS:
+                np.testing.assert_array_equal(cell, np.append(grid[r, c], 1.0))
+            else:
+                assert not cell.any(), "off the board: every plane 0"
+    network = Network(OBS, 28, 256, 2, kind="local", key=jax.random.key(0))
+    assert network.trunk[0].weight.shape == (OBS + 25 * (C.GRID_CHANNELS + 1), 256)
     with pytest.raises(ValueError, match="unknown network kind 'transformer'"):
         Network(OBS, 28, 16, 1, kind="transformer", key=jax.random.key(0))
     with pytest.raises(ValueError, match="unknown critic"):
@@ -165,6 +195,10 @@ def test_flops_per_sample():
     assert 2 * mlp["forward"] < mlp["forward_backward"] < 2.3 * mlp["forward"]
     conv = flops_per_sample(Network(OBS, 28, 256, 2, kind="conv", key=jax.random.key(0)), batch=16)
     assert conv["forward"] < 0.8 * mlp["forward"]
+    local = flops_per_sample(Network(OBS, 28, 256, 2, kind="local", key=jax.random.key(0)), batch=16)
+    # the MLP's first layer reads 25 x 43 more inputs
+    extra = 2 * 25 * (C.GRID_CHANNELS + 1) * 256
+    assert mlp["forward"] + extra <= local["forward"] < 1.05 * (mlp["forward"] + extra)
     separate = flops_per_sample(Network(OBS, 28, 256, 2, critic="separate", key=jax.random.key(0)), batch=16)
     assert 1.9 * mlp["forward"] < separate["forward"] < 2.1 * mlp["forward"]
 
@@ -189,7 +223,7 @@ def train_probe(kind: str, critic: str):
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
 
 
-@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate")])
+@pytest.mark.parametrize("kind, critic", [("conv", "shared"), ("mlp", "separate"), ("local", "shared")])
 def test_each_network_learns_the_probes(kind, critic):
     # Each kind and each critic learns: the MLP with a shared trunk on the flat probes in
     # test_learner.py, the others here. (conv with a separate critic, their composition,

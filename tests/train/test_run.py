@@ -27,6 +27,7 @@ from compiles import compilations
 
 from hm.game.constants import PROGRAM_NAMES, REWARD_TERMS
 from hm.train import NullEnv, TrainConfig, checkpoint, member_of, to_host
+from hm.train.envs import HackMatrixEnv
 from hm.train.logging import read_scalars, read_tags, tensorboard_tag
 from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
 from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, member_rows, new_run_dir, run
@@ -77,8 +78,9 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    # the env's default reward weights and teacher weight (NullEnv: none) are written out concretely
-    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0, teacher_steps=TINY.total_timesteps)
+    # the env's default reward weights, teacher weight (NullEnv: none) and network are written out concretely
+    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0, teacher_steps=TINY.total_timesteps,
+                                   network="mlp")
     assert config["config"] == json.loads(json.dumps(dataclasses.asdict(concrete)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
@@ -158,7 +160,7 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     # As the command line does it: every field at its default, only ent_coef given.
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
-    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0,
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0, network="mlp",
                                                  teacher_steps=TINY.total_timesteps)
 
 
@@ -175,8 +177,9 @@ class ShapedNullEnv(NullEnv):
 
 
 def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
-    """Reward weights and the teacher weight default to the env's; a checkpoint written
-    before they existed resumes as it trained: on the env's own reward, without a teacher."""
+    """Reward weights, the teacher weight and the network default to the env's; a
+    checkpoint written before they existed resumes as it trained: on the env's own
+    reward, without a teacher, with the MLP."""
     def trainer(name, config=TINY, **options):
         options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
         return Trainer(config, options, env=ShapedNullEnv(), console=io.StringIO())
@@ -184,6 +187,7 @@ def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, comp
     first = trainer("shaped")
     assert first.config.reward_weights == first.resolved.reward_weights == (("distance", 0.0),)
     assert first.config.teacher_coef == first.resolved.teacher_coef == 1.0
+    assert first.config.network == first.architecture.network == "mlp"
     first.call()
     path = first.save()
     first.close()
@@ -194,16 +198,35 @@ def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, comp
             data = source.read(entry)
             if entry == "meta.json":
                 meta = json.loads(data)
-                del meta["config"]["reward_weights"], meta["config"]["teacher_coef"]
+                del meta["config"]["reward_weights"], meta["config"]["teacher_coef"], meta["config"]["network"]
                 data = json.dumps(meta).encode()
             target.writestr(entry, data)
     resumed = trainer(None, resume=older)
     assert resumed.config.reward_weights == (), "it trained on the env's own reward, and goes on so"
     assert resumed.config.teacher_coef == 0.0, "and without a teacher"
+    assert resumed.config.network == resumed.architecture.network == "mlp", "with the MLP"
     resumed.close()
     again = trainer(None, resume=path)
     assert again.config.reward_weights == (("distance", 0.0),) and again.config.teacher_coef == 1.0
     again.close()
+
+
+def test_the_network_defaults_to_the_envs_and_a_flag_overrides_it(tmp_path, compile_cache):
+    class LocalNullEnv(NullEnv):
+        default_network = "local"
+
+    def trainer(name, config=TINY):
+        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache)
+        return Trainer(config, options, env=LocalNullEnv(), console=io.StringIO())
+
+    assert TINY.network is None and HackMatrixEnv.default_network == "local" and NullEnv.default_network == "mlp"
+    made = trainer("default")
+    assert made.config.network == made.architecture.network == "local"
+    assert member_of(made.state.params, 0).kind == "local"
+    made.close()
+    given = trainer("given", dataclasses.replace(TINY, network="mlp"))
+    assert given.config.network == "mlp" and member_of(given.state.params, 0).kind == "mlp"
+    given.close()
 
 
 def test_the_teacher_lasts_the_run_and_a_longer_resume_keeps_its_schedule(tmp_path, compile_cache):

@@ -481,16 +481,21 @@ def validate(config: TrainConfig, num_devices: int) -> None:
             f"{devices} device(s)); got {config.teacher_every!r}")
 
 
+def _any_member_above_zero(config: TrainConfig, name: str) -> bool:
+    """Whether setting `name` is above 0 for any member: its value (None counts as 0)
+    or one of its swept values."""
+    swept = [values for key, values in config.sweep if key == name]
+    return (getattr(config, name) or 0.0) > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
+
+
 def uses_teacher(config: TrainConfig) -> bool:
     """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
-    swept = [values for name, values in config.sweep if name == "teacher_coef"]
-    return (config.teacher_coef or 0.0) > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
+    return _any_member_above_zero(config, "teacher_coef")
 
 
 def uses_shaping(config: TrainConfig) -> bool:
     """Whether any member's reward is shaped (`shaping` > 0, or swept)."""
-    swept = [values for name, values in config.sweep if name == "shaping"]
-    return config.shaping > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
+    return _any_member_above_zero(config, "shaping")
 
 
 def _check_reward_weights(config: TrainConfig) -> None:

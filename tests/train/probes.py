@@ -17,6 +17,8 @@ training run checks them all:
 
 `GridProbe` shows the same MDP in the game's observation layout, for networks that
 read the board.
+
+`train_twice(config, env)` trains a config on a probe for two compiled calls.
 """
 
 from typing import ClassVar
@@ -28,7 +30,11 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int32
 
 from hm.game import constants as C
+from hm.train import TrainConfig, to_host
+from hm.train.config import resolve
 from hm.train.envs import AbstractEnv, EnvInfo
+from hm.train.learner import init, make_train_fn
+from hm.train.mesh import make_mesh
 
 PROBE_STATES = ("constant", "positive", "negative", "discount_first", "discount_second",
                 "credit", "masked", "loop")
@@ -149,3 +155,13 @@ class GridProbe(AbstractEnv):
 
     def legal_actions(self, state):
         return self.tabular.legal_actions(state)
+
+
+def train_twice(config: TrainConfig, env: AbstractEnv):
+    """Two calls of `config` on `env` (one device, CPU); the final state and the last
+    call's metrics, on the host."""
+    resolved, mesh = resolve(config, "cpu", 1), make_mesh(1)
+    step = make_train_fn(resolved, env, mesh)
+    state, _ = step(init(resolved, env=env, mesh=mesh))
+    state, metrics = step(state)
+    return to_host(state), to_host(metrics)

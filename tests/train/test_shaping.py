@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from probes import TabularEnv
+from probes import TabularEnv, train_twice
 
 from hm.tools import greedy
-from hm.train import NullEnv, TrainConfig, member_of, to_host
+from hm.train import NullEnv, TrainConfig, member_of
 from hm.train.config import ConfigError, members, resolve, validate
 from hm.train.envs import HackMatrixEnv, vector_start, vector_step, vector_unstarted
-from hm.train.learner import Learner, init, make_hyper, make_train_fn
+from hm.train.learner import Learner, make_hyper, make_train_fn
 from hm.train.mesh import make_mesh
 from hm.train.network import evaluate
 
@@ -59,14 +59,9 @@ PROBE = TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 80, hidde
                     max_episode_steps=50, updates_per_call=40, precision="f32", teacher_coef=0.0)
 
 
-def train(config: TrainConfig, env=None):
-    """Two calls of `config`; the final state on the host."""
-    env = env if env is not None else Lure()
-    resolved, mesh = resolve(config, "cpu", 1), make_mesh(1)
-    step = make_train_fn(resolved, env, mesh)
-    state, _ = step(init(resolved, env=env, mesh=mesh))
-    state, _ = step(state)
-    return to_host(state)
+def train(config: TrainConfig):
+    """Two calls of `config` on the lure; the final state on the host."""
+    return train_twice(config, Lure())[0]
 
 
 def policy_and_values(state, member: int = 0):

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from probes import LastLegal, taught_probe_suite
+from probes import LastLegal, taught_probe_suite, train_twice
 
-from hm.train import NullEnv, TrainConfig, distributions, member_of, ppo, to_host
+from hm.train import NullEnv, TrainConfig, distributions, member_of, ppo
 from hm.train.config import ConfigError, resolve, validate
 from hm.train.learner import Learner, init, make_hyper, make_train_fn, teacher_weight
 from hm.train.mesh import make_mesh
@@ -42,12 +42,7 @@ PROBE = TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 8, hidden
 
 def train(config: TrainConfig, env=None):
     """Two calls (8 updates) of `config`; the final state and the last call's metrics."""
-    env = env if env is not None else no_reward()
-    resolved, mesh = resolve(config, "cpu", 1), make_mesh(1)
-    step = make_train_fn(resolved, env, mesh)
-    state, _ = step(init(resolved, env=env, mesh=mesh))
-    state, metrics = step(state)
-    return to_host(state), to_host(metrics)
+    return train_twice(config, env if env is not None else no_reward())
 
 
 def policy_of(state, member: int = 0) -> np.ndarray:

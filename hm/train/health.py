@@ -5,7 +5,10 @@ returns the warnings they raise. It is plain Python over floats, so it is tested
 synthetic metric streams. The rules, with the thresholds in `HealthThresholds`:
 
 * `ppo/approx_kl` above 0.08: the policy moves too far per update.
-* `ppo/clip_frac` above 0.35: most samples are clipped, the update is mostly wasted.
+* `ppo/clip_frac` above 0.35 on `clip_updates` (5) checks in a row: most samples are
+  clipped, the updates are mostly wasted. One update alone is not enough: a fresh policy
+  learning from the teacher clips 30-45 % of its samples in its first few updates, and
+  then settles near 20 % (docs/learning.md#local-view).
 * entropy collapsing: `loss/entropy` below a tenth of its early level, so the policy is
   close to deterministic and has stopped exploring.
 * stall: `episode/length` rising while `episode/return` stays flat, the signature of an
@@ -48,6 +51,7 @@ class HealthWarning:
 class HealthThresholds:
     max_approx_kl: float = 0.08
     max_clip_frac: float = 0.35
+    clip_updates: int = 5
     # Entropy is "collapsing" below this fraction of its early level...
     entropy_collapse_fraction: float = 0.1
     # ...the early level being the largest of the first this many updates.
@@ -78,6 +82,7 @@ class HealthMonitor:
         self._episodes: collections.deque[tuple[float, float]] = collections.deque(maxlen=thresholds.stall_window)
         self._since_warned: dict[str, int] = {}
         self._still = 0                           # consecutive checks with a tiny approx_kl
+        self._clipped = 0                         # consecutive checks with a large clip_frac
         self._dying: dict[str, int] = {}          # action kind -> consecutive neglected checks
 
     def check(self, metrics: Mapping[str, float]) -> list[HealthWarning]:
@@ -128,12 +133,14 @@ class HealthMonitor:
 
     def _clip_frac(self, metrics: Mapping[str, float]) -> str | None:
         clip = metrics.get("ppo/clip_frac")
-        if clip is not None and clip > self.thresholds.max_clip_frac:
-            return (
-                f"ppo/clip_frac {clip:.3g} > {self.thresholds.max_clip_frac}: most samples are clipped; "
-                "lower --lr or --update-epochs"
-            )
-        return None
+        t = self.thresholds
+        self._clipped = self._clipped + 1 if clip is not None and clip > t.max_clip_frac else 0
+        if self._clipped < t.clip_updates:
+            return None
+        return (
+            f"ppo/clip_frac {clip:.3g} > {t.max_clip_frac} for {self._clipped} updates: most samples are "
+            "clipped; lower --lr or --update-epochs"
+        )
 
     def _entropy(self, metrics: Mapping[str, float]) -> str | None:
         entropy = metrics.get("loss/entropy")

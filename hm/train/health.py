@@ -81,9 +81,7 @@ class HealthMonitor:
         self._entropy_early: list[float] = []
         self._episodes: collections.deque[tuple[float, float]] = collections.deque(maxlen=thresholds.stall_window)
         self._since_warned: dict[str, int] = {}
-        self._still = 0                           # consecutive checks with a tiny approx_kl
-        self._clipped = 0                         # consecutive checks with a large clip_frac
-        self._dying: dict[str, int] = {}          # action kind -> consecutive neglected checks
+        self._streaks: dict[str, int] = {}        # condition -> consecutive checks it held
 
     def check(self, metrics: Mapping[str, float]) -> list[HealthWarning]:
         """The warnings raised by one update's metrics, in a fixed order."""
@@ -122,6 +120,11 @@ class HealthMonitor:
         self._since_warned[kind] = since + 1
         return None
 
+    def _streak(self, name: str, holds: bool) -> int:
+        """How many checks in a row, this one included, condition `name` has held (0 if not now)."""
+        self._streaks[name] = self._streaks.get(name, 0) + 1 if holds else 0
+        return self._streaks[name]
+
     def _approx_kl(self, metrics: Mapping[str, float]) -> str | None:
         kl = metrics.get("ppo/approx_kl")
         if kl is not None and kl > self.thresholds.max_approx_kl:
@@ -134,11 +137,11 @@ class HealthMonitor:
     def _clip_frac(self, metrics: Mapping[str, float]) -> str | None:
         clip = metrics.get("ppo/clip_frac")
         t = self.thresholds
-        self._clipped = self._clipped + 1 if clip is not None and clip > t.max_clip_frac else 0
-        if self._clipped < t.clip_updates:
+        held = self._streak("clip_frac", clip is not None and clip > t.max_clip_frac)
+        if held < t.clip_updates:
             return None
         return (
-            f"ppo/clip_frac {clip:.3g} > {t.max_clip_frac} for {self._clipped} updates: most samples are "
+            f"ppo/clip_frac {clip:.3g} > {t.max_clip_frac} for {held} updates: most samples are "
             "clipped; lower --lr or --update-epochs"
         )
 
@@ -180,11 +183,11 @@ class HealthMonitor:
 
     def _policy_still(self, metrics: Mapping[str, float]) -> str | None:
         kl = metrics.get("ppo/approx_kl")
-        self._still = self._still + 1 if kl is not None and kl < self.thresholds.min_approx_kl else 0
-        if self._still < self.thresholds.still_updates:
+        held = self._streak("policy_still", kl is not None and kl < self.thresholds.min_approx_kl)
+        if held < self.thresholds.still_updates:
             return None
         return (
-            f"ppo/approx_kl {kl:.2g} < {self.thresholds.min_approx_kl:g} for {self._still} updates: the policy "
+            f"ppo/approx_kl {kl:.2g} < {self.thresholds.min_approx_kl:g} for {held} updates: the policy "
             "has stopped moving; check loss/entropy (raise --ent-coef if it collapsed) and --lr"
         )
 
@@ -198,8 +201,7 @@ class HealthMonitor:
             kind = name[len(LEGAL_PREFIX):]
             taken = metrics.get(ACTIONS_PREFIX + kind)
             neglected = taken is not None and legal >= t.min_legal_frac and taken < t.min_taken_per_legal * legal
-            self._dying[kind] = self._dying.get(kind, 0) + 1 if neglected else 0
-            if self._dying[kind] >= t.dying_updates:
+            if self._streak(f"dying/{kind}", neglected) >= t.dying_updates:
                 dying.append(f"{kind} (taken on {100 * taken:.2g}% of steps, legal on {100 * legal:.2g}%)")
         if not dying:
             return None

@@ -10,7 +10,8 @@ batch) and scored
 
     reward of the step + value(state after), value = 0 when the game ended, else
         − `distance_weight` × exit distance
-        − `threat_weight` × enemies next to the player that can act next turn.
+        − `threat_weight` × enemies next to the player that can act next turn
+        + `program_weight` × `program_value` (the teacher's option; 0 for the baseline).
 
 The reward already pays for approaching the exit, siphoning, picking up, killing, and
 charges for damage and death, but a pure one-step player (both weights 0) picks at
@@ -21,6 +22,13 @@ it step away from, or attack, the enemies that would hit it on the next enemy ph
 which the one simulated phase does not yet show. On 256 games (docs/evaluation.md) the
 pure one-step player reaches a mean highest stage of 2.60, this one 3.55, uniform
 random play 1.21.
+
+The trainer's teacher may also value programs (`program_weight` w > 0; the baseline's
+is 0): the value then adds w for each program owned and, while the player holds a data
+siphon, up to `SEEK_SHARE` × w for standing near siphon reach of a visible program block
+it does not own (`program_value`, `program_reach`), so that it walks to such blocks and siphons them. The
+game's reward pays nothing for owning a program, so the baseline siphons one only when
+it happens to be next to it (docs/learning.md#program-teacher).
 
 Randomness: each game's simulated steps draw their enemy phase (activation order, new
 transmissions) and program effects from that game's own trial key, never from the key
@@ -33,22 +41,45 @@ among them.
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jaxtyping import Array, Bool, Float, Int32, Key
 
 from hm import game
+from hm.game import bitboard, geometry
 from hm.game import constants as C
-from hm.game import geometry
 from hm.game.reward import exit_distance
 
 DISTANCE_WEIGHT = 0.01
 THREAT_WEIGHT = 0.5
+# The baseline values owned programs at 0; the trainer's teacher may value them
+# (`--teacher-program-value`, docs/learning.md#program-teacher).
+PROGRAM_WEIGHT = 0.0
+# With a program weight w, a player holding a data siphon also values being near siphon
+# reach of a visible program block it does not own: SEEK_SHARE × w when a siphon from
+# where it stands would take the program, falling linearly to 0 at SEEK_CELLS steps away.
+SEEK_SHARE = 0.3
+SEEK_CELLS = 6
 
 _MANHATTAN = geometry.MANHATTAN.astype(np.int32)
 
 
+def program_reach(state: game.GameState) -> Int32[Array, ""]:
+    """Steps the player must walk (over non-block cells) before a siphon from where it
+    stands would take a program it does not own from a visible program block; −1 when
+    it holds no data siphon or no such block can be reached. 0: a siphon here would."""
+    board, player = state.board, state.player
+    program = board.block_program.astype(jnp.int32)
+    wanted = ((board.content == C.BLOCK) & ~board.siphoned & ~board.block_question & (program >= 0)
+              & ~player.owned[jnp.maximum(program, 0)])
+    here = bitboard.of_cell(player.row * C.COLS + player.col)
+    # from the wanted blocks (not passable themselves) to the player: adjacent is 1
+    distance = bitboard.distance_to(bitboard.from_mask(wanted), bitboard.from_mask(board.content != C.BLOCK), here)
+    return jnp.where((player.data_siphons > 0) & (distance > 0), distance - 1, -1)
+
+
 def value(state: game.GameState, distance_weight: float = DISTANCE_WEIGHT,
           threat_weight: float = THREAT_WEIGHT) -> Float[Array, ""]:
-    """The heuristic value of a game still running (see the module docstring)."""
+    """The baseline's heuristic value of a game still running (see the module docstring)."""
     here = state.player.row * C.COLS + state.player.col
     e = state.enemies
     cells = e.row.astype(jnp.int32) * C.COLS + e.col.astype(jnp.int32)
@@ -59,11 +90,20 @@ def value(state: game.GameState, distance_weight: float = DISTANCE_WEIGHT,
             - threat_weight * threats.astype(jnp.float32))
 
 
+def program_value(state: game.GameState) -> Float[Array, ""]:
+    """What a teacher with program weight w adds to `value`, divided by w: the programs
+    owned, plus up to `SEEK_SHARE` for being near siphon reach of one it does not own."""
+    programs = jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
+    reach = program_reach(state)
+    closeness = jnp.maximum(SEEK_CELLS - reach, 0).astype(jnp.float32) / SEEK_CELLS
+    return programs + jnp.where(reach >= 0, SEEK_SHARE * closeness, 0.0)
+
+
 def scores(states: game.GameState, mask: Bool[Array, "n actions"], trial_keys: Key[Array, " n"],
-           distance_weight: float = DISTANCE_WEIGHT, threat_weight: float = THREAT_WEIGHT
-           ) -> Float[Array, "n actions"]:
+           distance_weight: float = DISTANCE_WEIGHT, threat_weight: float = THREAT_WEIGHT,
+           program_weight: float | Float[Array, " n"] = PROGRAM_WEIGHT) -> Float[Array, "n actions"]:
     """Every action's score in every game (−inf where it is illegal); game i's trials
-    draw their randomness from `trial_keys[i]`."""
+    draw their randomness from `trial_keys[i]`. `program_weight` may differ by game."""
     n, actions = mask.shape
     # One flat batch of n × 28 trials: nested vmaps would turn the game's batch-level
     # skips (`hm.game.batching`) into selects that run every branch.
@@ -72,6 +112,11 @@ def scores(states: game.GameState, mask: Bool[Array, "n actions"], trial_keys: K
     keys = jnp.repeat(trial_keys, actions, axis=0)
     after, _, reward, done, _ = jax.vmap(game.step)(trials, action, keys)
     after_value = jax.vmap(lambda s: value(s, distance_weight, threat_weight))(after)
+    # one program weight per game (a scalar is every game's), repeated for its trials;
+    # the program term's path search is skipped when no game of the batch uses it
+    weight = jnp.repeat(jnp.broadcast_to(jnp.asarray(program_weight, jnp.float32), (n,)), actions)
+    after_value = after_value + lax.cond(jnp.any(weight > 0), lambda: weight * jax.vmap(program_value)(after),
+                                         lambda: jnp.zeros_like(weight))
     score = reward + jnp.where(done, 0.0, after_value)
     return jnp.where(mask, score.reshape(n, actions), -jnp.inf)
 
@@ -85,12 +130,12 @@ def best(score: Float[Array, "n actions"], mask: Bool[Array, "n actions"],
 
 
 def choose_each(states: game.GameState, mask: Bool[Array, "n actions"], keys: Key[Array, " n"],
-                distance_weight: float = DISTANCE_WEIGHT, threat_weight: float = THREAT_WEIGHT
-                ) -> Int32[Array, " n"]:
+                distance_weight: float = DISTANCE_WEIGHT, threat_weight: float = THREAT_WEIGHT,
+                program_weight: float | Float[Array, " n"] = PROGRAM_WEIGHT) -> Int32[Array, " n"]:
     """The greedy action of each game, game i's randomness (its trials and its tie
     break) from `keys[i]` alone: a game's choice does not depend on the others in the
     batch."""
     split = jax.vmap(jax.random.split)(keys)
-    score = scores(states, mask, split[:, 0], distance_weight, threat_weight)
+    score = scores(states, mask, split[:, 0], distance_weight, threat_weight, program_weight)
     draw = jax.vmap(lambda key: jax.random.uniform(key, mask.shape[1:]))(split[:, 1])
     return best(score, mask, draw)

@@ -68,16 +68,18 @@ class GreedyPlayer(AbstractPlayer):
 
     distance_weight: float = eqx.field(static=True, default=greedy.DISTANCE_WEIGHT)
     threat_weight: float = eqx.field(static=True, default=greedy.THREAT_WEIGHT)
+    program_weight: float = eqx.field(static=True, default=greedy.PROGRAM_WEIGHT)
 
     def scores(self, states: game.GameState, mask: Bool[Array, "n actions"], key: Key[Array, ""]
                ) -> Float[Array, "n actions"]:
         """Every action's score in every game (−inf where it is illegal)."""
         return greedy.scores(states, mask, jax.random.split(key, mask.shape[0]),
-                             self.distance_weight, self.threat_weight)
+                             self.distance_weight, self.threat_weight, self.program_weight)
 
     def value(self, state: game.GameState) -> Float[Array, ""]:
         """The heuristic value of a game still running (`hm.tools.greedy.value`)."""
-        return greedy.value(state, self.distance_weight, self.threat_weight)
+        return (greedy.value(state, self.distance_weight, self.threat_weight)
+                + self.program_weight * greedy.program_value(state))
 
     def choose(self, states, obs, mask, key):
         del obs

@@ -58,6 +58,10 @@ as it was; `None` (the default) is the env's
 `default_teacher_coef` (for the game, 1: docs/learning.md#teacher has the curves that
 chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
 env; a config resolved and trained without it (`make_train_fn` directly) takes None as 0.
+`teacher_program_value` > 0 makes the game's teacher add that much to its value of a
+state for each program the player owns, so it siphons program blocks it would
+otherwise pass by (docs/learning.md#program-teacher); 0, the default, teaches with the
+evaluation's greedy player.
 
 Reward shaping. `shaping` > 0 adds to the learner's reward, on every step, that
 coefficient times γΦ(s') − Φ(s), where Φ is the env's `potential` (for the game, the
@@ -96,7 +100,8 @@ MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
-             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "shaping")
+             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "teacher_program_value",
+             "shaping")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -163,6 +168,9 @@ class TrainConfig:
     # falling linearly to 0 at teacher_steps env steps; 0 off; None the env's
     # default_teacher_coef (for the game: 1), which the trainer (hm.train.run) applies
     teacher_coef: float | None = None
+    # docs/learning.md#program-teacher: what the teacher's value of a state adds for each
+    # program the player owns (the game's greedy teacher); 0: the evaluation's greedy player
+    teacher_program_value: float = 0.0
     # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
     shaping: float = 0.0
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
@@ -468,6 +476,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
     _check_float(config, "teacher_coef", 0.0, None, optional=True)
+    _check_float(config, "teacher_program_value", 0.0, None)
     _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
     _check_float(config, "shaping", 0.0, None)
@@ -491,6 +500,11 @@ def _any_member_above_zero(config: TrainConfig, name: str) -> bool:
 def uses_teacher(config: TrainConfig) -> bool:
     """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
     return _any_member_above_zero(config, "teacher_coef")
+
+
+def uses_teacher_program_value(config: TrainConfig) -> bool:
+    """Whether any member's teacher values owned programs (`teacher_program_value` > 0, or swept)."""
+    return _any_member_above_zero(config, "teacher_program_value")
 
 
 def uses_shaping(config: TrainConfig) -> bool:

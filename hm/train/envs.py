@@ -61,6 +61,8 @@ class AbstractEnv(eqx.Module):
     teacher: ClassVar[str | None] = None
     # Its weight unless `--teacher-coef` says otherwise (`hm.train.run.Trainer` applies it).
     default_teacher_coef: ClassVar[float] = 0.0
+    # Whether the teacher takes a value of owned programs (`--teacher-program-value`).
+    teacher_values_programs: ClassVar[bool] = False
     # What `potential` measures, for reward shaping (`--shaping`); None: the env has none.
     potential_name: ClassVar[str | None] = None
     # The network kind (`hm.train.network.KINDS`) unless `--network` says otherwise.
@@ -100,10 +102,13 @@ class AbstractEnv(eqx.Module):
         return (jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, state),
                 jnp.where(done, fresh_obs, obs))
 
-    def teacher_actions(self, states: PyTree, mask: Bool[Array, "n actions"],
-                        keys: Key[Array, " n"]) -> Int32[Array, " n"]:
+    def teacher_actions(self, states: PyTree, mask: Bool[Array, "n actions"], keys: Key[Array, " n"],
+                        program_value: Float[Array, " n"]) -> Int32[Array, " n"]:
         """The scripted teacher's action in each of a batch of states (leading axis n),
-        state i's randomness from `keys[i]` alone. Envs with a `teacher` override it."""
+        state i's randomness from `keys[i]` alone. `program_value[i]` is what the teacher
+        of state i's member adds for each program owned (`--teacher-program-value`; always
+        0 for an env whose teacher has no such value, `teacher_values_programs` False).
+        Envs with a `teacher` override it."""
         raise NotImplementedError(f"{type(self).__name__} has no teacher")
 
     def potential(self, state: PyTree) -> Float[Array, ""]:
@@ -193,6 +198,8 @@ class HackMatrixEnv(_HackMatrixShaped):
     # teaches by default: docs/learning.md#teacher
     teacher: ClassVar[str | None] = "greedy"
     default_teacher_coef: ClassVar[float] = 1.0
+    # it may add a value for each program owned (docs/learning.md#program-teacher)
+    teacher_values_programs: ClassVar[bool] = True
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
     # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
     default_network: ClassVar[str] = "local"
@@ -220,8 +227,8 @@ class HackMatrixEnv(_HackMatrixShaped):
         obs, state = HackMatrix().reset_env_where(done, key, state, obs, params)
         return state, obs
 
-    def teacher_actions(self, states, mask, keys):
-        return greedy.choose_each(states, mask, keys)
+    def teacher_actions(self, states, mask, keys, program_value):
+        return greedy.choose_each(states, mask, keys, program_weight=program_value)
 
     def potential(self, state):
         # −0.01 × exit distance − 0.5 × enemies next to the player that can act next turn

@@ -117,6 +117,7 @@ class Hyper(eqx.Module):
     curriculum: HyperValue                 # share of new episodes that are curriculum starts
     curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
     teacher_coef: HyperValue               # weight of the teacher's cross-entropy (annealed by `update`)
+    teacher_program_value: HyperValue      # what the teacher adds per program owned (HackMatrix)
     shaping: HyperValue                    # weight of potential-based reward shaping; 0: off
 
 
@@ -194,14 +195,25 @@ def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...
 
 
 def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
-    """Refuse a teacher (`teacher_coef` > 0) for an env that has none.
+    """Refuse a teacher (`teacher_coef` > 0) for an env that has none, and a teacher's
+    program value (`teacher_program_value` > 0) for an env whose teacher has none or a
+    run without a teacher.
 
     Raises:
-        ConfigError: naming `--teacher-coef`.
+        ConfigError: naming `--teacher-coef` or `--teacher-program-value`.
     """
     if config_lib.uses_teacher(config) and env.teacher is None:
         raise config_lib.ConfigError("--teacher-coef", f"--teacher-coef: {type(env).__name__} has no scripted "
                                                        "teacher; leave --teacher-coef at 0")
+    if config_lib.uses_teacher_program_value(config):
+        if not env.teacher_values_programs:
+            raise config_lib.ConfigError(
+                "--teacher-program-value", f"--teacher-program-value: {type(env).__name__}'s teacher does not "
+                                           "value programs; leave --teacher-program-value at 0")
+        if not config_lib.uses_teacher(config):
+            raise config_lib.ConfigError(
+                "--teacher-program-value", "--teacher-program-value changes the teacher's labels, but no member "
+                                           "trains with a teacher (--teacher-coef 0)")
 
 
 def network_kind(config: config_lib.TrainConfig, env: AbstractEnv) -> str:
@@ -468,8 +480,9 @@ class Learner(eqx.Module):
             # `teacher_every` divides the slots of each device, so local slot i is labelled
             # exactly when its global index is.
             pick = lambda x: x[:, ::every]  # noqa: E731
+            program_value = jnp.repeat(hyper.teacher_program_value, n // every)
             actions = self.env.teacher_actions(_flat(jax.tree.map(pick, envs.state)), _flat(pick(envs.mask)),
-                                               _flat(pick(self._per_env_keys(keys))))
+                                               _flat(pick(self._per_env_keys(keys))), program_value)
             return none.at[:, ::every].set(actions.reshape(members, -1))
 
         return lax.cond(jnp.any(hyper.teacher_coef > 0), label, lambda: none)

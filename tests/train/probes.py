@@ -113,7 +113,7 @@ class LastLegal(TabularEnv):
 
     teacher: ClassVar[str | None] = "last-legal"
 
-    def teacher_actions(self, states, mask, keys):
+    def teacher_actions(self, states, mask, keys, program_value):
         return (mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
 
 

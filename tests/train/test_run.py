@@ -172,7 +172,7 @@ class ShapedNullEnv(NullEnv):
     teacher = "first-legal"
     default_teacher_coef = 1.0
 
-    def teacher_actions(self, states, mask, keys):
+    def teacher_actions(self, states, mask, keys, program_value):
         return jnp.argmax(mask, axis=1).astype(jnp.int32)
 
 

@@ -5,8 +5,8 @@ teacher's action on exactly the samples the teacher labelled; the weight falls l
 to 0 at `teacher_steps`, after which nothing is labelled; on a probe with no reward at
 all the teacher alone moves the policy to its action; a member of a `teacher_coef` sweep
 is the single run with its value (and weight 0 is the run without a teacher); the
-teacher labels every `teacher_every`-th slot and no other; bad settings are
-refused naming the flag. (The game's teacher, `hm.tools.greedy.choose_each`, is
+teacher labels every `teacher_every`-th slot and no other; each member's teacher gets
+its own `teacher_program_value`; bad settings are refused naming the flag. (The game's teacher, `hm.tools.greedy.choose_each`, is
 checked in tests/tools/test_evaluate.py beside the greedy baseline.)
 """
 
@@ -139,6 +139,50 @@ def test_bad_teacher_settings_are_refused_naming_the_flag(fields, flag, text):
     with pytest.raises(ConfigError) as error:
         validate(dataclasses.replace(PROBE, **fields), 1)
     assert error.value.flag == flag and text in error.value.message
+
+
+def _fields_of(env: LastLegal) -> dict:
+    return {"reward": env.reward, "next_state": env.next_state, "terminal": env.terminal, "legal": env.legal,
+            "start_probs": np.exp(env.start_logits)}
+
+
+class ValueSwitch(LastLegal):
+    """`no_reward`'s MDP whose teacher takes a program value: with it above 0 it says the
+    first legal action (0), else the last (2)."""
+
+    teacher_values_programs = True
+
+    def teacher_actions(self, states, mask, keys, program_value):
+        first = jnp.argmax(mask, axis=1).astype(jnp.int32)
+        return jnp.where(program_value > 0, first, super().teacher_actions(states, mask, keys, program_value))
+
+
+def test_each_member_s_teacher_gets_its_own_program_value():
+    """`--sweep teacher-program-value=0,1`: the value reaches the env's teacher, per member."""
+    config = dataclasses.replace(PROBE, num_envs=8, teacher_coef=1.0, teacher_every=4,
+                                 sweep=(("teacher_program_value", (0.0, 1.0)),))
+    resolved, env = resolve(config, "cpu", 1), ValueSwitch(**_fields_of(no_reward()))
+    learner = Learner(env=env, config=resolved)
+    state = init(resolved, env=env)
+    hyper = jax.tree.map(jnp.asarray, make_hyper(resolved))
+    np.testing.assert_array_equal(hyper.teacher_program_value, [0.0, 1.0])
+    keys = jax.random.split(jax.random.key(0), 2)
+    _, trajectory, _ = eqx.filter_jit(Learner.rollout)(learner, state.params, state.envs, keys, hyper)
+    labels = np.asarray(trajectory.teacher_action)          # [T, P, n]
+    assert (labels[:, 0, ::4] == TEACHER_ACTION).all() and (labels[:, 1, ::4] == 0).all()
+
+
+def test_a_program_value_is_refused_for_a_teacher_without_one_and_without_a_teacher():
+    with pytest.raises(ConfigError) as error:
+        validate(dataclasses.replace(PROBE, teacher_program_value=-1.0), 1)
+    assert error.value.flag == "--teacher-program-value" and "must be a number >= 0" in error.value.message
+    for fields, text in (({"teacher_coef": 1.0}, "LastLegal's teacher does not value programs"),
+                         ({"teacher_coef": 0.0}, "no member trains with a teacher")):
+        resolved = resolve(dataclasses.replace(PROBE, teacher_program_value=2.0, **fields), "cpu", 1)
+        env = no_reward() if fields["teacher_coef"] else ValueSwitch(**_fields_of(no_reward()))
+        with pytest.raises(ConfigError) as error:
+            make_train_fn(resolved, env, make_mesh(1))
+        assert error.value.flag == "--teacher-program-value" and text in error.value.message
 
 
 def test_teacher_every_is_not_checked_without_a_teacher_and_an_env_without_one_is_refused():

@@ -6,8 +6,9 @@ to 0 at `teacher_steps`, after which nothing is labelled; on a probe with no rew
 all the teacher alone moves the policy to its action; a member of a `teacher_coef` sweep
 is the single run with its value (and weight 0 is the run without a teacher); the
 teacher labels every `teacher_every`-th slot and no other; each member's teacher gets
-its own `teacher_program_value`; bad settings are refused naming the flag. (The game's teacher, `hm.tools.greedy.choose_each`, is
-checked in tests/tools/test_evaluate.py beside the greedy baseline.)
+its own `teacher_program_value`; bad settings are refused naming the flag. (The game's
+teacher, `hm.tools.greedy.choose_each`, is checked in tests/tools/test_evaluate.py beside
+the greedy baseline.)
 """
 
 import dataclasses
@@ -28,10 +29,10 @@ from hm.train.network import Network, evaluate
 TEACHER_ACTION = 2
 
 
-def no_reward() -> LastLegal:
+def no_reward(kind: type[LastLegal] = LastLegal) -> LastLegal:
     """One state, three legal actions that all pay 0 and end the episode: only the
-    teacher (action 2) can move the policy here."""
-    return LastLegal(reward=np.zeros((1, 3)), next_state=np.zeros((1, 3), int), terminal=np.ones((1, 3), bool),
+    teacher (action 2) can move the policy here. `kind` is the env's class."""
+    return kind(reward=np.zeros((1, 3)), next_state=np.zeros((1, 3), int), terminal=np.ones((1, 3), bool),
                      legal=np.ones((1, 3), bool), start_probs=np.ones(1))
 
 
@@ -141,11 +142,6 @@ def test_bad_teacher_settings_are_refused_naming_the_flag(fields, flag, text):
     assert error.value.flag == flag and text in error.value.message
 
 
-def _fields_of(env: LastLegal) -> dict:
-    return {"reward": env.reward, "next_state": env.next_state, "terminal": env.terminal, "legal": env.legal,
-            "start_probs": np.exp(env.start_logits)}
-
-
 class ValueSwitch(LastLegal):
     """`no_reward`'s MDP whose teacher takes a program value: with it above 0 it says the
     first legal action (0), else the last (2)."""
@@ -161,7 +157,7 @@ def test_each_member_s_teacher_gets_its_own_program_value():
     """`--sweep teacher-program-value=0,1`: the value reaches the env's teacher, per member."""
     config = dataclasses.replace(PROBE, num_envs=8, teacher_coef=1.0, teacher_every=4,
                                  sweep=(("teacher_program_value", (0.0, 1.0)),))
-    resolved, env = resolve(config, "cpu", 1), ValueSwitch(**_fields_of(no_reward()))
+    resolved, env = resolve(config, "cpu", 1), no_reward(ValueSwitch)
     learner = Learner(env=env, config=resolved)
     state = init(resolved, env=env)
     hyper = jax.tree.map(jnp.asarray, make_hyper(resolved))
@@ -179,7 +175,7 @@ def test_a_program_value_is_refused_for_a_teacher_without_one_and_without_a_teac
     for fields, text in (({"teacher_coef": 1.0}, "LastLegal's teacher does not value programs"),
                          ({"teacher_coef": 0.0}, "no member trains with a teacher")):
         resolved = resolve(dataclasses.replace(PROBE, teacher_program_value=2.0, **fields), "cpu", 1)
-        env = no_reward() if fields["teacher_coef"] else ValueSwitch(**_fields_of(no_reward()))
+        env = no_reward() if fields["teacher_coef"] else no_reward(ValueSwitch)
         with pytest.raises(ConfigError) as error:
             make_train_fn(resolved, env, make_mesh(1))
         assert error.value.flag == "--teacher-program-value" and text in error.value.message

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import hm
+from tests.conftest import free_compiled_programs
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -36,3 +37,19 @@ def test_hm_is_instrumented_by_jaxtyping():
 def test_xla_compiles_without_llvm_optimisation_passes():
     # conftest sets it before JAX starts its backend, where XLA reads it
     assert "--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()
+
+
+def test_compiled_programs_are_dropped_between_modules():
+    traces = []
+
+    @jax.jit
+    def double(x):
+        traces.append(x.shape)   # runs only when JAX traces, not when it reuses a program
+        return 2 * x
+
+    double(jnp.ones(3))
+    double(jnp.ones(3))
+    assert len(traces) == 1, "a second call reuses the compiled program"
+    free_compiled_programs()
+    double(jnp.ones(3))
+    assert len(traces) == 2, "after freeing, the program is traced again"

@@ -17,10 +17,9 @@ Hypothesis gets no per-example deadline: an example that compiles a program take
 seconds the first time and milliseconds after, which a deadline reports as flaky.
 JAX's in-memory caches are emptied after each test module (`_free_compiled_programs`):
 the suite runs in one process, and every compiled program it keeps adds to that
-process's memory. Measured on the 2-core CI machine, the process held 3.9 GB after the
-first five of about fifty modules and grew with each, and two CI runs aborted inside
-XLA's compiler 95 % of the way through; emptied after each module, it stayed at 3.3 GB.
-A later module that needs a program again loads it from the persistent cache.
+process's memory, which grew until CI aborted (docs/performance.md §3.5, "The test
+suite's memory"). A later module that needs a program again loads it from the
+persistent cache.
 """
 
 import gc

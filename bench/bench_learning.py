@@ -39,6 +39,9 @@ from hm.train.cli import TrainArgs
 
 # What a line of the summary (and the plot) shows, from an evaluation report's summary.
 HEADLINE = ("return", "highest_stage", "siphon_share", "program_share", "win_rate")
+# Also recorded (lines written before these were added lack them): where programs are lost
+# on the way to being run, and how often the player siphons.
+FUNNEL = ("program_owned_share", "program_legal_share", "siphons_per_episode")
 
 
 class LearningArgs(TrainArgs):
@@ -135,7 +138,7 @@ def train_population(args: LearningArgs, runs_dir: pathlib.Path, record) -> list
                 rows.append(row)
                 record(row)
                 print(f"  {args.label} seed {member.seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
-                      + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE))
+                      + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE + FUNNEL))
         trainer.save()
         trainer.export_policy()
     finally:

@@ -24,7 +24,8 @@ player's key and the environment's key: a player never sees the key its step wil
 Python API (for benchmarks and scripts, on a network in memory):
 
     report = evaluate(network_or_player, num_episodes=256, seed=0, max_steps=1000)
-    report.summary()     # the headline figures: return, highest_stage, siphon_share, ...
+    report.summary()     # the headline figures: return, highest_stage, siphon_share, ...,
+                         # and program_owned_share, program_legal_share, siphons_per_episode
     report.to_json()     # one agent's report below
 
 `--json` writes, at `schema_version` 3 (a test pins every key):
@@ -327,11 +328,16 @@ class Report:
 
     def summary(self) -> dict[str, float]:
         """The headline figures: mean return, mean highest stage, the shares of episodes
-        that siphoned and that ran a program, the win rate."""
+        that siphoned and that ran a program, the win rate; then where programs are lost
+        on the way to being run: the shares of episodes that owned one and that had one
+        legal (affordable and its condition met), and the siphons per episode."""
         f = self.figures
         return {"return": f["return_mean"], "highest_stage": f["highest_stage_mean"],
                 "siphon_share": f["siphon_episode_rate"], "program_share": f["program_episode_rate"],
-                "win_rate": f["win_rate"]}
+                "win_rate": f["win_rate"],
+                "program_owned_share": f["program_owned_episode_rate"],
+                "program_legal_share": f["program_legal_episode_rate"],
+                "siphons_per_episode": f["siphons_per_episode"]}
 
     @property
     def highest_stage_mean(self) -> float:

@@ -271,7 +271,12 @@ def test_evaluate_api_on_a_network_in_memory():
     assert summary == {"return": report.to_json()["return_mean"], "highest_stage": report.highest_stage_mean,
                        "siphon_share": float((report.results.siphons > 0).mean()),
                        "program_share": float((report.results.program_runs.sum(axis=1) > 0).mean()),
-                       "win_rate": float(report.results.won.mean())}
+                       "win_rate": float(report.results.won.mean()),
+                       "program_owned_share": float(report.results.owned_program.mean()),
+                       "program_legal_share": float(report.results.program_legal.mean()),
+                       "siphons_per_episode": float(report.results.siphons.mean())}
+    # a program is run only if it was owned and legal first
+    assert summary["program_share"] <= summary["program_legal_share"] <= summary["program_owned_share"]
     assert report.results.program_runs.shape == (EPISODES, C.NUM_PROGRAMS)
     assert report.results.death_cause.dtype == np.int32
     np.testing.assert_array_equal(report.results.death_cause >= 0, report.results.died)

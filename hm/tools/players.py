@@ -10,6 +10,8 @@ shape), whatever the weights.
   are all zero (so it shares the compiled program of a policy of the same shape).
 * `GreedyPlayer` is the scripted baseline: a one-step reward-greedy player with a small
   heuristic value on top (see its docstring).
+* `ProgramRule` wraps another player and bans programs or makes it run one whenever it
+  can: the arms of `hm.tools.program_ablation`, which asks whether programs pay.
 """
 
 import abc
@@ -20,6 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int32, Key
 
 from hm import game
+from hm.game import constants as C
 from hm.tools import greedy
 from hm.tools.policy import act, uniform_network
 from hm.train.network import Network
@@ -86,3 +89,34 @@ class GreedyPlayer(AbstractPlayer):
         trial_key, tie_key = jax.random.split(key)
         score = self.scores(states, mask, trial_key)
         return greedy.best(score, mask, jax.random.uniform(tie_key, mask.shape))
+
+
+PROGRAM_RULES = ("ban", "eager")
+
+
+class ProgramRule(AbstractPlayer):
+    """`inner` with a rule about programs (`hm.tools.program_ablation`).
+
+    * "ban": the program actions are masked out (where nothing else is legal, the mask is
+      left as it is, so there is always an action).
+    * "eager": whenever some program is legal, only programs are; `inner` picks which.
+
+    Until a program is first legal in a game the mask `inner` sees is the game's own, so
+    the game is played exactly as `inner` plays it (same mask, same key).
+    """
+
+    inner: AbstractPlayer
+    rule: str = eqx.field(static=True)
+
+    def __check_init__(self):
+        if self.rule not in PROGRAM_RULES:
+            raise ValueError(f"rule must be one of {PROGRAM_RULES}; got {self.rule!r}")
+
+    def choose(self, states, obs, mask, key):
+        program = jnp.broadcast_to(jnp.arange(mask.shape[-1]) >= C.PROGRAM_ACTION_OFFSET, mask.shape)
+        if self.rule == "ban":
+            allowed = mask & ~program
+            allowed = jnp.where(jnp.any(allowed, axis=-1, keepdims=True), allowed, mask)
+        else:
+            allowed = jnp.where(jnp.any(mask & program, axis=-1, keepdims=True), mask & program, mask)
+        return self.inner.choose(states, obs, allowed, key)

@@ -37,20 +37,22 @@ class ProgramAblationError(RuntimeError):
     """The arms played a game differently before any program was legal (a bug)."""
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean, or nan for no values (a run in which no program was ever legal)."""
+    return float(values.mean()) if values.size else float("nan")
+
+
 def _arm_figures(results: Results, paired: np.ndarray) -> dict[str, float]:
     runs = results.program_runs.sum(axis=-1)
-    return {"stage": float(results.stage[paired].mean()) if paired.any() else float("nan"),
-            "return": float(results.episode_return[paired].mean()) if paired.any() else float("nan"),
-            "ran_share": float((runs[paired] > 0).mean()) if paired.any() else float("nan"),
-            "runs_per_game": float(runs[paired].mean()) if paired.any() else float("nan"),
-            "stage_all": float(results.stage.mean()), "return_all": float(results.episode_return.mean())}
+    return {"stage": _mean(results.stage[paired]), "return": _mean(results.episode_return[paired]),
+            "ran_share": _mean(runs[paired] > 0), "runs_per_game": _mean(runs[paired]),
+            "stage_all": _mean(results.stage), "return_all": _mean(results.episode_return)}
 
 
 def _paired(diff: np.ndarray) -> tuple[float, float]:
     """Mean and standard error of paired differences (nan where there are too few)."""
-    if diff.size < 2:
-        return (float(diff.mean()) if diff.size else float("nan")), float("nan")
-    return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(diff.size))
+    se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size >= 2 else float("nan")
+    return _mean(diff), se
 
 
 def ablate(player: AbstractPlayer, num_episodes: int, max_steps: int = DEFAULT_MAX_STEPS,
@@ -69,9 +71,9 @@ def ablate(player: AbstractPlayer, num_episodes: int, max_steps: int = DEFAULT_M
                                  num_episodes, max_steps, seed) for arm in ARMS}
     base = results["as-is"]
     paired = base.program_legal
+    untouched = ~paired
     for arm in PROGRAM_RULES:
         other = results[arm]
-        untouched = ~paired
         if not (np.array_equal(other.program_legal, paired)
                 and np.array_equal(other.episode_return[untouched], base.episode_return[untouched])
                 and np.array_equal(other.length[untouched], base.length[untouched])):

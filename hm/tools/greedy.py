@@ -139,3 +139,15 @@ def choose_each(states: game.GameState, mask: Bool[Array, "n actions"], keys: Ke
     score = scores(states, mask, split[:, 0], distance_weight, threat_weight, program_weight)
     draw = jax.vmap(lambda key: jax.random.uniform(key, mask.shape[1:]))(split[:, 1])
     return best(score, mask, draw)
+
+
+def seeks_program(states: game.GameState, actions: Int32[Array, " n"], keys: Key[Array, " n"]) -> Bool[Array, " n"]:
+    """Whether each game's action, as `choose_each` with the same `keys` tried it,
+    raises `program_value`: it siphons a program, or walks towards siphon reach of a
+    program block (or picks up a data siphon while one is in sight). The trainer keeps
+    its teacher's weight on such labels (`--teacher-program-floor`,
+    docs/learning.md#program-floor). The step replays the trial's own key, so it is the
+    outcome the choice was scored on; a step that ends the game seeks nothing."""
+    trial_keys = jax.vmap(jax.random.split)(keys)[:, 0]
+    after, _, _, done, _ = jax.vmap(game.step)(states, actions, trial_keys)
+    return ~done & (jax.vmap(program_value)(after) > jax.vmap(program_value)(states))

@@ -55,6 +55,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     reward_weights: list[str] = []  # Train on the reward terms reweighted: TERM=WEIGHT ... (others 1); default: the env's (game: distance=0).
     teacher_coef: float | None = _CONFIG.teacher_coef  # Weight of the greedy teacher's cross-entropy (>= 0; 0: off); default: the env's (game: 1).
     teacher_program_value: float = _CONFIG.teacher_program_value  # Teacher: value of each owned program (>= 0; 0: the greedy baseline).
+    teacher_program_floor: float = _CONFIG.teacher_program_floor  # Teacher: least weight of its labels that seek programs (>= 0; 0: none).
     teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: --total-timesteps).
     teacher_every: int | None = _CONFIG.teacher_every  # The teacher labels one env slot in N (dividing each device's envs; default 8).
     shaping: float = _CONFIG.shaping  # Reward shaping: add C x (gamma Phi(s') - Phi(s)), Phi the greedy player's value (>= 0; 0: off).

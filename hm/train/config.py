@@ -61,7 +61,11 @@ env; a config resolved and trained without it (`make_train_fn` directly) takes N
 `teacher_program_value` > 0 makes the game's teacher add that much to its value of a
 state for each program the player owns, so it siphons program blocks it would
 otherwise pass by (docs/learning.md#program-teacher); 0, the default, teaches with the
-evaluation's greedy player.
+evaluation's greedy player. `teacher_program_floor` F > 0 keeps the weight of the labels
+that move towards owning a program (the env's `teacher_seeks`) at F or more while the
+rest of the teacher's weight falls (docs/learning.md#program-floor): the loss adds
+max(F − the annealed `teacher_coef`, 0) times their share of the labelled samples'
+cross-entropy, and the teacher keeps labelling after `teacher_steps`.
 
 Reward shaping. `shaping` > 0 adds to the learner's reward, on every step, that
 coefficient times γΦ(s') − Φ(s), where Φ is the env's `potential` (for the game, the
@@ -101,7 +105,7 @@ MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
              "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "teacher_program_value",
-             "shaping")
+             "teacher_program_floor", "shaping")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -171,6 +175,9 @@ class TrainConfig:
     # docs/learning.md#program-teacher: what the teacher's value of a state adds for each
     # program the player owns (the game's greedy teacher); 0: the evaluation's greedy player
     teacher_program_value: float = 0.0
+    # docs/learning.md#program-floor: the least weight of the teacher's labels that move
+    # towards owning a program (its other labels fall to 0 at teacher_steps); 0: none
+    teacher_program_floor: float = 0.0
     # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
     shaping: float = 0.0
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
@@ -477,6 +484,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
                                          f"got {config.seed} + {config.num_seeds} - 1")
     _check_float(config, "teacher_coef", 0.0, None, optional=True)
     _check_float(config, "teacher_program_value", 0.0, None)
+    _check_float(config, "teacher_program_floor", 0.0, None)
     _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
     _check_float(config, "shaping", 0.0, None)
@@ -505,6 +513,12 @@ def uses_teacher(config: TrainConfig) -> bool:
 def uses_teacher_program_value(config: TrainConfig) -> bool:
     """Whether any member's teacher values owned programs (`teacher_program_value` > 0, or swept)."""
     return _any_member_above_zero(config, "teacher_program_value")
+
+
+def uses_teacher_program_floor(config: TrainConfig) -> bool:
+    """Whether any member keeps a floor under its teacher's program labels
+    (`teacher_program_floor` > 0, or swept)."""
+    return _any_member_above_zero(config, "teacher_program_floor")
 
 
 def uses_shaping(config: TrainConfig) -> bool:

@@ -111,6 +111,12 @@ class AbstractEnv(eqx.Module):
         Envs with a `teacher` override it."""
         raise NotImplementedError(f"{type(self).__name__} has no teacher")
 
+    def teacher_seeks(self, states: PyTree, actions: Int32[Array, " n"], keys: Key[Array, " n"]) -> Bool[Array, " n"]:
+        """Whether each of the teacher's labels (`actions`, chosen by `teacher_actions` with
+        the same `keys`) moves towards owning a program, the labels whose weight
+        `--teacher-program-floor` keeps up. Envs with `teacher_values_programs` override it."""
+        raise NotImplementedError(f"{type(self).__name__}'s teacher does not value programs")
+
     def potential(self, state: PyTree) -> Float[Array, ""]:
         """Φ(state) of a state still running, for potential-based reward shaping
         (`--shaping`; `hm.train.learner`). Envs with a `potential_name` override it."""
@@ -229,6 +235,9 @@ class HackMatrixEnv(_HackMatrixShaped):
 
     def teacher_actions(self, states, mask, keys, program_value):
         return greedy.choose_each(states, mask, keys, program_weight=program_value)
+
+    def teacher_seeks(self, states, actions, keys):
+        return greedy.seeks_program(states, actions, keys)
 
     def potential(self, state):
         # −0.01 × exit distance − 0.5 × enemies next to the player that can act next turn

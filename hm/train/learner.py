@@ -118,6 +118,7 @@ class Hyper(eqx.Module):
     curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
     teacher_coef: HyperValue               # weight of the teacher's cross-entropy (annealed by `update`)
     teacher_program_value: HyperValue      # what the teacher adds per program owned (HackMatrix)
+    teacher_program_floor: HyperValue      # least weight of the teacher's program labels
     shaping: HyperValue                    # weight of potential-based reward shaping; 0: off
 
 
@@ -146,6 +147,8 @@ class Trajectory(eqx.Module):
     bootstrap_value: Float[Array, "*T P n"]   # value of the truncated state's observation
     # the scripted teacher's action on the slots it labels, -1 elsewhere; None without a teacher
     teacher_action: Int32[Array, "*T P n"] | None = None
+    # whether the label moves towards owning a program; None without `--teacher-program-floor`
+    teacher_seeks: Bool[Array, "*T P n"] | None = None
 
 
 class StepStats(eqx.Module):
@@ -172,6 +175,7 @@ class Samples(eqx.Module):
     advantage: Float[Array, "T n"]
     target: Float[Array, "T n"]
     teacher_action: Int32[Array, "T n"] | None = None
+    teacher_seeks: Bool[Array, "T n"] | None = None
 
 
 def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...] | None) -> np.ndarray | None:
@@ -196,24 +200,27 @@ def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...
 
 def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
     """Refuse a teacher (`teacher_coef` > 0) for an env that has none, and a teacher's
-    program value (`teacher_program_value` > 0) for an env whose teacher has none or a
-    run without a teacher.
+    program value or program floor (`teacher_program_value`, `teacher_program_floor` > 0)
+    for an env whose teacher has none or a run without a teacher.
 
     Raises:
-        ConfigError: naming `--teacher-coef` or `--teacher-program-value`.
+        ConfigError: naming `--teacher-coef`, `--teacher-program-value` or `--teacher-program-floor`.
     """
     if config_lib.uses_teacher(config) and env.teacher is None:
         raise config_lib.ConfigError("--teacher-coef", f"--teacher-coef: {type(env).__name__} has no scripted "
                                                        "teacher; leave --teacher-coef at 0")
-    if config_lib.uses_teacher_program_value(config):
+    for flag, used, what in (("--teacher-program-value", config_lib.uses_teacher_program_value(config),
+                              "changes the teacher's labels"),
+                             ("--teacher-program-floor", config_lib.uses_teacher_program_floor(config),
+                              "weighs the teacher's program labels")):
+        if not used:
+            continue
         if not env.teacher_values_programs:
             raise config_lib.ConfigError(
-                "--teacher-program-value", f"--teacher-program-value: {type(env).__name__}'s teacher does not "
-                                           "value programs; leave --teacher-program-value at 0")
+                flag, f"{flag}: {type(env).__name__}'s teacher does not value programs; leave {flag} at 0")
         if not config_lib.uses_teacher(config):
             raise config_lib.ConfigError(
-                "--teacher-program-value", "--teacher-program-value changes the teacher's labels, but no member "
-                                           "trains with a teacher (--teacher-coef 0)")
+                flag, f"{flag} {what}, but no member trains with a teacher (--teacher-coef 0)")
 
 
 def network_kind(config: config_lib.TrainConfig, env: AbstractEnv) -> str:
@@ -247,6 +254,13 @@ def shaped_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) ->
 # The teacher draws its randomness from each step's key folded with this (a stream of its
 # own: the agent's actions and the env's steps keep the keys they have without a teacher).
 TEACHER_STREAM = 0x7EAC
+
+
+def program_teacher_coef(hyper: Hyper) -> HyperValue:
+    """What the labels that move towards owning a program weigh on top of the annealed
+    `teacher_coef` (already in `hyper`): max(floor − teacher_coef, 0), so together they
+    weigh at least `teacher_program_floor`."""
+    return jnp.maximum(hyper.teacher_program_floor - hyper.teacher_coef, 0.0)
 
 
 def teacher_weight(coef: HyperValue, env_steps: UInt32[Array, "2"], teacher_steps: int) -> HyperValue:
@@ -436,7 +450,7 @@ class Learner(eqx.Module):
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
                                         _flat(self._per_env_keys(env_keys)),
                                         self.config.max_episode_steps, *curriculum, potentials=shape)
-            teacher_action = self.teacher_actions(envs, steps_keys, t, hyper) if teach else None
+            teacher_action, teacher_seeks = self.teacher_actions(envs, steps_keys, t, hyper) if teach else (None, None)
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             # what the learner maximises: the env's reward, or its terms reweighted
@@ -446,7 +460,8 @@ class Learner(eqx.Module):
             transition = Trajectory(
                 obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
                 action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
-                truncated=out.truncated, bootstrap_value=bootstrap, teacher_action=teacher_action)
+                truncated=out.truncated, bootstrap_value=bootstrap, teacher_action=teacher_action,
+                teacher_seeks=teacher_seeks)
             finished = out.done | out.truncated
             stats = StepStats(
                 episodes=jnp.sum(finished, axis=1, dtype=jnp.int32),
@@ -468,12 +483,15 @@ class Learner(eqx.Module):
         return envs, trajectory, totals
 
     def teacher_actions(self, envs: VecEnvState, steps_keys: Key[Array, " P"], t: Int32[Array, ""],
-                        hyper: Hyper) -> Int32[Array, "P n"]:
+                        hyper: Hyper) -> tuple[Int32[Array, "P n"], Bool[Array, "P n"] | None]:
         """The teacher's action on the slots it labels (global index a multiple of
         `teacher_every`), -1 on the others; all -1, without running the teacher, once
-        every member's teacher weight (`hyper`, already annealed) is 0."""
+        every member's teacher weight (`hyper`, already annealed) and program floor are 0.
+        With `--teacher-program-floor`, also whether each label moves towards owning a
+        program (False where unlabelled); else None."""
         members, n, every = self.members, self.local_envs, self.config.teacher_every
-        none = jnp.full((members, n), -1, jnp.int32)
+        floor = config_lib.uses_teacher_program_floor(self.config)
+        none = (jnp.full((members, n), -1, jnp.int32), jnp.zeros((members, n), bool) if floor else None)
 
         def label():
             keys = jax.vmap(lambda key: jax.random.fold_in(jax.random.fold_in(key, t), TEACHER_STREAM))(steps_keys)
@@ -481,11 +499,16 @@ class Learner(eqx.Module):
             # exactly when its global index is.
             pick = lambda x: x[:, ::every]  # noqa: E731
             program_value = jnp.repeat(hyper.teacher_program_value, n // every)
-            actions = self.env.teacher_actions(_flat(jax.tree.map(pick, envs.state)), _flat(pick(envs.mask)),
-                                               _flat(pick(self._per_env_keys(keys))), program_value)
-            return none.at[:, ::every].set(actions.reshape(members, -1))
+            states, label_keys = _flat(jax.tree.map(pick, envs.state)), _flat(pick(self._per_env_keys(keys)))
+            actions = self.env.teacher_actions(states, _flat(pick(envs.mask)), label_keys, program_value)
+            labelled = none[0].at[:, ::every].set(actions.reshape(members, -1))
+            if not floor:
+                return labelled, None
+            seeks = self.env.teacher_seeks(states, actions, label_keys)
+            return labelled, none[1].at[:, ::every].set(seeks.reshape(members, -1))
 
-        return lax.cond(jnp.any(hyper.teacher_coef > 0), label, lambda: none)
+        weight = jnp.maximum(hyper.teacher_coef, hyper.teacher_program_floor)
+        return lax.cond(jnp.any(weight > 0), label, lambda: none)
 
     def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
         """One member's assignment of samples to minibatches for one epoch.
@@ -521,12 +544,13 @@ class Learner(eqx.Module):
         return ppo.Minibatch(obs=jax.vmap(self.env.decode_obs)(picked.obs), mask=picked.mask,
                              action=picked.action, log_prob=picked.log_prob,
                              advantage=picked.advantage, target=picked.target,
-                             teacher_action=picked.teacher_action)
+                             teacher_action=picked.teacher_action, teacher_seeks=picked.teacher_seeks)
 
     def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch, hyper: Hyper):
         """One member's gradient step (`hyper` holds its scalars)."""
         coefficients = ppo.LossCoefficients(clip_eps=hyper.clip_eps, vf_coef=hyper.vf_coef,
-                                            ent_coef=hyper.ent_coef, teacher_coef=hyper.teacher_coef)
+                                            ent_coef=hyper.ent_coef, teacher_coef=hyper.teacher_coef,
+                                            teacher_program_coef=program_teacher_coef(hyper))
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
         (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
         if self.axis_name is not None:
@@ -591,7 +615,7 @@ class Learner(eqx.Module):
             params = self.normalise_values(params, targets, hyper.value_norm, state.update)
             samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
                               log_prob=trajectory.log_prob, advantage=advantages, target=targets,
-                              teacher_action=trajectory.teacher_action)
+                              teacher_action=trajectory.teacher_action, teacher_seeks=trajectory.teacher_seeks)
             params, opt_state, metrics = self.train_epochs(params, opt_state, samples, key, hyper)
             metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets,
                                                                        self.axis_name)
@@ -600,6 +624,8 @@ class Learner(eqx.Module):
             metrics["value/scale"] = params.value_scale
             if trajectory.teacher_action is not None:
                 metrics["teacher/coef"] = hyper.teacher_coef
+            if trajectory.teacher_seeks is not None:
+                metrics["teacher/program_coef"] = program_teacher_coef(hyper)
             return params, opt_state, metrics
 
         # The trajectory is [T, P, n]: each member's share is taken along axis 1.
@@ -789,7 +815,9 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     1 without `--value-norm`), averaged over the call's updates; with a teacher,
     `loss/teacher` (its cross-entropy on the labelled samples), `teacher/agreement` (the
     share of them where the policy's likeliest action is the teacher's) and
-    `teacher/coef` (its annealed weight); `episode/{return,length,highest_stage,win_rate}` means
+    `teacher/coef` (its annealed weight); with `--teacher-program-floor` also
+    `teacher/program_coef` (what its program labels weigh on top) and
+    `teacher/program_share` (the share of labels that seek programs); `episode/{return,length,highest_stage,win_rate}` means
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env

@@ -63,6 +63,8 @@ class Minibatch(eqx.Module):
     target: Float[Array, " B"]        # value target (GAE return)
     # a scripted teacher's action where it labelled the sample, -1 elsewhere; None: no teacher
     teacher_action: Int32[Array, " B"] | None = None
+    # whether the teacher's label moves towards owning a program; None: no program floor
+    teacher_seeks: Bool[Array, " B"] | None = None
 
 
 class LossCoefficients(eqx.Module):
@@ -72,6 +74,8 @@ class LossCoefficients(eqx.Module):
     vf_coef: float | Float[Array, ""]
     ent_coef: float | Float[Array, ""]
     teacher_coef: float | Float[Array, ""] = 0.0
+    # what the labels that seek programs weigh on top of teacher_coef (`--teacher-program-floor`)
+    teacher_program_coef: float | Float[Array, ""] = 0.0
 
 
 def _mean(x: Array, axis_name: str | None) -> Array:
@@ -94,7 +98,9 @@ def loss(
     axis_name: str | None = None,
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
     """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy
-    (+ teacher_coef * the teacher's cross-entropy, when the batch has teacher actions).
+    (+ teacher_coef * the teacher's cross-entropy, when the batch has teacher actions,
+    + teacher_program_coef * the part of it from labels that seek programs, when the
+    batch marks them).
 
     The value error is measured in the value head's normalised units: divided by the
     network's `value_scale` (PopArt; 1 unless the learner normalises values), so that
@@ -126,8 +132,10 @@ def loss(
     total = policy_loss + coefficients.vf_coef * value_loss - coefficients.ent_coef * entropy
     teacher_metrics = {}
     if batch.teacher_action is not None:
-        teacher_loss, teacher_metrics = _teacher_loss(logits, batch, axis_name)
+        teacher_loss, program_loss, teacher_metrics = _teacher_loss(logits, batch, axis_name)
         total = total + coefficients.teacher_coef * teacher_loss
+        if program_loss is not None:
+            total = total + coefficients.teacher_program_coef * program_loss
     metrics = {
         "loss/total": total,
         "loss/policy": policy_loss,
@@ -143,10 +151,13 @@ def loss(
 
 
 def _teacher_loss(logits: Float[Array, "B actions"], batch: Minibatch, axis_name: str | None
-                  ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+                  ) -> tuple[Float[Array, ""], Float[Array, ""] | None, dict[str, Float[Array, ""]]]:
     """The policy's cross-entropy to the teacher's action, averaged over the samples the
-    teacher labelled (over the global minibatch; 0 when it labelled none), and the share
-    of them where the policy's likeliest action is the teacher's.
+    teacher labelled (over the global minibatch; 0 when it labelled none); where the
+    batch marks the labels that seek programs, the same sum over those labels alone,
+    divided by the same count (None otherwise); and the metrics: the cross-entropy, the
+    share of labels where the policy's likeliest action is the teacher's, and the share
+    of labels that seek programs.
 
     Like the other terms it is this device's share: its sum over the local labelled
     samples, divided by the global labelled share times the local batch, so that the
@@ -161,7 +172,13 @@ def _teacher_loss(logits: Float[Array, "B actions"], batch: Minibatch, axis_name
     loss = jnp.mean(jnp.where(taught, cross_entropy, 0.0)) / share
     likeliest = jnp.argmax(jnp.where(batch.mask, logits.astype(jnp.float32), -jnp.inf), axis=-1)
     agreement = jnp.mean((taught & (likeliest == batch.teacher_action)).astype(jnp.float32)) / share
-    return loss, {"loss/teacher": loss, "teacher/agreement": agreement}
+    metrics = {"loss/teacher": loss, "teacher/agreement": agreement}
+    if batch.teacher_seeks is None:
+        return loss, None, metrics
+    seeks = taught & batch.teacher_seeks
+    program_loss = jnp.mean(jnp.where(seeks, cross_entropy, 0.0)) / share
+    metrics["teacher/program_share"] = jnp.mean(seeks.astype(jnp.float32)) / share
+    return loss, program_loss, metrics
 
 
 # The smallest standard deviation the value statistics take (targets that hardly vary

@@ -205,6 +205,20 @@ def test_a_teacher_that_values_programs_siphons_and_seeks_them_and_the_baseline_
     assert float(seeking) == pytest.approx(greedy.SEEK_SHARE * 4 / greedy.SEEK_CELLS)
 
 
+def test_seeks_program_marks_the_siphon_that_takes_one_and_the_step_towards_one():
+    """`seeks_program` (the labels `--teacher-program-floor` keeps weighing): siphoning a
+    program block and walking towards siphon reach of one raise the program value; the
+    step right (towards the exit, away from the block) and siphoning nothing do not."""
+    next_to = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(4, 3)])
+    two_away = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(2, 3)])
+    bare = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[])
+    states = jax.tree.map(lambda *x: jnp.stack(x), next_to, next_to, two_away, two_away, bare)
+    actions = jnp.asarray([C.ACTION_SIPHON, RIGHT, DOWN, RIGHT, C.ACTION_SIPHON], jnp.int32)
+    keys = jax.random.split(jax.random.key(0), 5)
+    seeks = np.asarray(jax.jit(greedy.seeks_program)(states, actions, keys))
+    np.testing.assert_array_equal(seeks, [True, False, True, False, False])
+
+
 # --- the report, the command line and the API ---------------------------------------------
 
 

@@ -6,7 +6,9 @@ to 0 at `teacher_steps`, after which nothing is labelled; on a probe with no rew
 all the teacher alone moves the policy to its action; a member of a `teacher_coef` sweep
 is the single run with its value (and weight 0 is the run without a teacher); the
 teacher labels every `teacher_every`-th slot and no other; each member's teacher gets
-its own `teacher_program_value`; bad settings are refused naming the flag. (The game's
+its own `teacher_program_value`; a program floor (`--teacher-program-floor`) keeps
+weighing the labels that seek programs, and only those, once the rest of the teacher's
+weight is 0; bad settings are refused naming the flag. (The game's
 teacher, `hm.tools.greedy.choose_each`, is checked in tests/tools/test_evaluate.py beside
 the greedy baseline.)
 """
@@ -114,6 +116,15 @@ def test_the_loss_is_the_cross_entropy_on_the_labelled_samples():
     likeliest = np.argmax(np.where(np.asarray(mask), np.asarray(logits), -np.inf), axis=-1)
     np.testing.assert_allclose(metrics["teacher/agreement"],
                                np.mean(likeliest[labelled] == np.asarray(teacher)[labelled]), rtol=1e-6)
+    # the program floor's part: the labels that seek programs, summed, over all the labels
+    seeks = jnp.asarray([True, True, False, False, True, False, False, False])
+    marked = dataclasses.replace(taught_batch, teacher_seeks=seeks)
+    floored, floored_metrics = ppo.loss(network, marked, dataclasses.replace(
+        coefficients, teacher_coef=0.5, teacher_program_coef=0.25), "f32")
+    seeking = np.asarray(seeks) & labelled
+    program_part = -np.sum(log_p[seeking, np.asarray(teacher)[seeking]]) / labelled.sum()
+    np.testing.assert_allclose(floored, plain + 0.5 * expected + 0.25 * program_part, rtol=1e-5)
+    np.testing.assert_allclose(floored_metrics["teacher/program_share"], seeking.sum() / labelled.sum())
 
 
 def test_the_teacher_labels_every_kth_slot_and_no_other():
@@ -179,6 +190,51 @@ def test_a_program_value_is_refused_for_a_teacher_without_one_and_without_a_teac
         with pytest.raises(ConfigError) as error:
             make_train_fn(resolved, env, make_mesh(1))
         assert error.value.flag == "--teacher-program-value" and text in error.value.message
+
+
+class ProgramSeeker(LastLegal):
+    """`no_reward`'s MDP whose teacher (action 2) takes a program value and marks every
+    label as seeking programs."""
+
+    teacher_values_programs = True
+    SEEKS = True
+
+    def teacher_seeks(self, states, actions, keys):
+        return jnp.full(actions.shape, self.SEEKS)
+
+
+class NothingSeeker(ProgramSeeker):
+    """The same, with no label seeking programs."""
+
+    SEEKS = False
+
+
+def test_a_program_floor_keeps_teaching_the_labels_that_seek_programs_and_no_others():
+    """The teacher's weight falls to 0 after one batch of 128 steps; with a floor of 1
+    its program labels keep weighing 1, so the policy still learns the teacher's action,
+    and the teacher keeps labelling; labels that seek nothing get no floor."""
+    ended = dataclasses.replace(PROBE, teacher_coef=1.0, teacher_steps=PROBE.num_envs * PROBE.num_steps)
+    floored = dataclasses.replace(ended, teacher_program_floor=1.0)
+    kept, metrics = train(floored, no_reward(ProgramSeeker))
+    assert policy_of(kept)[TEACHER_ACTION] > 0.9
+    assert metrics["teacher/coef"][0] == 0.0 and metrics["teacher/program_coef"][0] == 1.0
+    assert metrics["teacher/program_share"][0] == 1.0 and metrics["teacher/agreement"][0] == 1.0
+    for config, env in ((ended, no_reward(ProgramSeeker)), (floored, no_reward(NothingSeeker))):
+        faded, _ = train(config, env)
+        assert policy_of(faded)[TEACHER_ACTION] < 0.6
+    assert "teacher/program_coef" not in train(ended, no_reward(ProgramSeeker))[1]
+
+
+def test_a_program_floor_is_refused_for_a_teacher_without_program_values_and_without_a_teacher():
+    with pytest.raises(ConfigError) as error:
+        validate(dataclasses.replace(PROBE, teacher_program_floor=-1.0), 1)
+    assert error.value.flag == "--teacher-program-floor" and "must be a number >= 0" in error.value.message
+    for fields, env, text in (({"teacher_coef": 1.0}, no_reward(), "LastLegal's teacher does not value programs"),
+                              ({"teacher_coef": 0.0}, no_reward(ProgramSeeker), "no member trains with a teacher")):
+        resolved = resolve(dataclasses.replace(PROBE, teacher_program_floor=1.0, **fields), "cpu", 1)
+        with pytest.raises(ConfigError) as error:
+            make_train_fn(resolved, env, make_mesh(1))
+        assert error.value.flag == "--teacher-program-floor" and text in error.value.message
 
 
 def test_teacher_every_is_not_checked_without_a_teacher_and_an_env_without_one_is_refused():

@@ -75,6 +75,14 @@ the player that can act next turn) and Φ(s') = 0 when the game ended on the ste
 unchanged). Unlike the game's own distance term it cannot be farmed: a step away undoes
 a step closer. 0 (the default) leaves the program as it was; docs/learning.md#shaping.
 
+A program bonus. `program_bonus` B > 0 adds to the learner's reward B times the change
+in the number of programs the player owns (the env's `programs_owned`) on every step: +B
+for each program it comes to own, −B for each an UNDO takes back. It is not paid back
+when the game ends (unlike `shaping`), so it changes what the learner maximises: the
+game's return plus B for each program owned at the end of the game, an
+achievement-style bonus. The game, its return and evaluation are unchanged;
+docs/learning.md#program-bonus. 0 (the default) leaves the program as it was.
+
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
 `seed, seed + 1, ...`. Only the hyper-parameters in `SWEEPABLE` can be swept: they are
@@ -105,7 +113,7 @@ MAX_SEED = (1 << 32) - 1
 # Hyper-parameters a population may sweep: scalars the program reads as traced values.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
              "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "teacher_program_value",
-             "teacher_program_floor", "shaping")
+             "teacher_program_floor", "shaping", "program_bonus")
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
 # Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
@@ -180,6 +188,9 @@ class TrainConfig:
     teacher_program_floor: float = 0.0
     # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
     shaping: float = 0.0
+    # docs/learning.md#program-bonus: the learner's reward gains this times the change in
+    # the number of programs owned on each step (not paid back at the end); 0 off
+    program_bonus: float = 0.0
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
     # trainer before the config is saved, so a resume keeps the run's schedule
     teacher_steps: int | None = None
@@ -364,7 +375,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         teacher_steps=teacher_steps,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum", "shaping"):
+                 "curriculum", "shaping", "program_bonus"):
         fields[name] = float(fields[name])
     if config.teacher_coef is not None:
         fields["teacher_coef"] = float(config.teacher_coef)
@@ -488,6 +499,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
     _check_float(config, "shaping", 0.0, None)
+    _check_float(config, "program_bonus", 0.0, None)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)
     explicit_every = config.teacher_every is not None
@@ -524,6 +536,11 @@ def uses_teacher_program_floor(config: TrainConfig) -> bool:
 def uses_shaping(config: TrainConfig) -> bool:
     """Whether any member's reward is shaped (`shaping` > 0, or swept)."""
     return _any_member_above_zero(config, "shaping")
+
+
+def uses_program_bonus(config: TrainConfig) -> bool:
+    """Whether any member's reward has a program bonus (`program_bonus` > 0, or swept)."""
+    return _any_member_above_zero(config, "program_bonus")
 
 
 def _check_reward_weights(config: TrainConfig) -> None:

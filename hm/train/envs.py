@@ -65,6 +65,8 @@ class AbstractEnv(eqx.Module):
     teacher_values_programs: ClassVar[bool] = False
     # What `potential` measures, for reward shaping (`--shaping`); None: the env has none.
     potential_name: ClassVar[str | None] = None
+    # Whether `programs_owned` counts the player's programs, for `--program-bonus`.
+    counts_programs: ClassVar[bool] = False
     # The network kind (`hm.train.network.KINDS`) unless `--network` says otherwise.
     default_network: ClassVar[str] = "mlp"
 
@@ -121,6 +123,11 @@ class AbstractEnv(eqx.Module):
         """Φ(state) of a state still running, for potential-based reward shaping
         (`--shaping`; `hm.train.learner`). Envs with a `potential_name` override it."""
         raise NotImplementedError(f"{type(self).__name__} has no potential")
+
+    def programs_owned(self, state: PyTree) -> Float[Array, ""]:
+        """How many programs the player owns in `state`, for the learner's program bonus
+        (`--program-bonus`; `hm.train.learner`). Envs with `counts_programs` override it."""
+        raise NotImplementedError(f"{type(self).__name__} has no programs to count")
 
     def encode_obs(self, obs: Float[Array, " obs"]) -> PyTree:
         """A compact form of `obs` for the rollout buffer; `decode_obs` inverts it exactly."""
@@ -207,6 +214,7 @@ class HackMatrixEnv(_HackMatrixShaped):
     # it may add a value for each program owned (docs/learning.md#program-teacher)
     teacher_values_programs: ClassVar[bool] = True
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
+    counts_programs: ClassVar[bool] = True
     # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
     default_network: ClassVar[str] = "local"
 
@@ -242,6 +250,9 @@ class HackMatrixEnv(_HackMatrixShaped):
     def potential(self, state):
         # −0.01 × exit distance − 0.5 × enemies next to the player that can act next turn
         return greedy.value(state)
+
+    def programs_owned(self, state):
+        return jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
 
 
 class NullState(eqx.Module):
@@ -307,10 +318,14 @@ class Episodes(Environment):
     auto-reset and the episode counters. `step`'s `info` holds `EnvInfo`'s fields
     (`reward_terms` as the env's vector) besides the keys `Environment.step` adds, and,
     when `potentials` is set, the rules' `potential` of the state before the step
-    (`potential`) and after it (`next_potential`, 0 when the episode ended there)."""
+    (`potential`) and after it (`next_potential`, 0 when the episode ended there), and
+    when `program_counts` is set, the rules' `programs_owned` before the step
+    (`programs_owned`) and after it (`next_programs_owned`, of the game's last state
+    where the episode ended there)."""
 
     rules: AbstractEnv
     potentials: bool = eqx.field(static=True, default=False)
+    program_counts: bool = eqx.field(static=True, default=False)
 
     @property
     def num_actions(self) -> int:
@@ -331,6 +346,9 @@ class Episodes(Environment):
         if self.potentials:
             out["potential"] = self.rules.potential(game_state)
             out["next_potential"] = jnp.where(done, 0.0, self.rules.potential(new_state))
+        if self.program_counts:
+            out["programs_owned"] = self.rules.programs_owned(game_state)
+            out["next_programs_owned"] = self.rules.programs_owned(new_state)
         return obs, new_state, jnp.asarray(reward, jnp.float32), done, out
 
     def game_action_mask(self, game_state):
@@ -368,6 +386,10 @@ class StepOutput(eqx.Module):
     # after it (0 where the episode ended; before any reset); otherwise None
     potential: Float[Array, " n"] | None = None
     next_potential: Float[Array, " n"] | None = None
+    # with `vector_step(..., program_counts=True)`: the programs owned before the step and
+    # after it (the ended game's, where the episode ended; before any reset); otherwise None
+    programs_owned: Float[Array, " n"] | None = None
+    next_programs_owned: Float[Array, " n"] | None = None
 
 
 _RESET_SHAPES: dict[Any, PyTree] = {}
@@ -439,11 +461,13 @@ def vector_step(
     curriculum_share: Float[Array, " n"] | float = 0.0,
     curriculum_max_stage: Int32[Array, " n"] | int = C.NUM_STAGES,
     potentials: bool = False,
+    program_counts: bool = False,
 ) -> tuple[VecEnvState, StepOutput]:
     """Step every game with `hm.env`'s `step` (`Episodes(env)`): episodes are cut at
     `max_episode_steps`, and finished slots continue with a new game from their key,
     started as the slot's curriculum settings ask (one value per slot, or one for all).
-    `potentials` also reports the env's `potential` before and after each step."""
+    `potentials` also reports the env's `potential` before and after each step, and
+    `program_counts` its `programs_owned`."""
     slots = _per_slot(actions.shape[0], curriculum_share, curriculum_max_stage)
 
     def step(key, game_state, episode_return, episode_length, action, share, max_stage):
@@ -451,7 +475,8 @@ def vector_step(
                          episode_length=episode_length)
         params = EnvParams(max_episode_steps=max_episode_steps, curriculum_share=share,
                            curriculum_max_stage=max_stage)
-        obs, state, reward, _, info = Episodes(rules=env, potentials=potentials).step(key, state, action, params)
+        episodes = Episodes(rules=env, potentials=potentials, program_counts=program_counts)
+        obs, state, reward, _, info = episodes.step(key, state, action, params)
         env_info = EnvInfo(reward_terms=info["reward_terms"], stage=info["stage"], won=info["won"])
         return obs, state, reward, info, env_info
 
@@ -463,7 +488,9 @@ def vector_step(
                      done=info["terminated"], truncated=info["truncated"], info=env_info,
                      episode_return=info["episode_return"],
                      episode_length=info["episode_length"],
-                     potential=info.get("potential"), next_potential=info.get("next_potential"))
+                     potential=info.get("potential"), next_potential=info.get("next_potential"),
+                     programs_owned=info.get("programs_owned"),
+                     next_programs_owned=info.get("next_programs_owned"))
     return new, out
 
 

@@ -120,6 +120,7 @@ class Hyper(eqx.Module):
     teacher_program_value: HyperValue      # what the teacher adds per program owned (HackMatrix)
     teacher_program_floor: HyperValue      # least weight of the teacher's program labels
     shaping: HyperValue                    # weight of potential-based reward shaping; 0: off
+    program_bonus: HyperValue              # reward for each program that comes to be owned; 0: off
 
 
 def make_hyper(resolved: ResolvedConfig) -> Hyper:
@@ -238,6 +239,26 @@ def check_shaping(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
     if config_lib.uses_shaping(config) and env.potential_name is None:
         raise config_lib.ConfigError("--shaping", f"--shaping: {type(env).__name__} has no potential to "
                                                   "shape the reward with; leave --shaping at 0")
+
+
+def check_program_bonus(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
+    """Refuse a program bonus (`program_bonus` > 0) for an env that counts no programs.
+
+    Raises:
+        ConfigError: naming `--program-bonus`.
+    """
+    if config_lib.uses_program_bonus(config) and not env.counts_programs:
+        raise config_lib.ConfigError("--program-bonus", f"--program-bonus: {type(env).__name__} has no "
+                                                        "programs to count; leave --program-bonus at 0")
+
+
+def program_bonus_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
+    """`reward` plus each member's `program_bonus` B × the change in the programs owned
+    over the step (`config.py`, "A program bonus"): +B for each program gained, −B for
+    each lost. The count after the step is the ended game's where the game ended, so
+    nothing is paid back: over a whole game the bonus adds B × (programs owned at its end
+    − programs owned at its start), which changes the best policy (unlike `shaping`)."""
+    return reward + hyper.program_bonus[:, None] * (out.next_programs_owned - out.programs_owned)
 
 
 def shaped_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
@@ -439,6 +460,7 @@ class Learner(eqx.Module):
         weights = reward_weight_vector(self.env, self.config.reward_weights)
         teach = config_lib.uses_teacher(self.config)
         shape = config_lib.uses_shaping(self.config)
+        bonus = config_lib.uses_program_bonus(self.config)
 
         def step(envs: VecEnvState, t):
             both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
@@ -449,7 +471,8 @@ class Learner(eqx.Module):
             log_prob = distributions.log_prob(logits, envs.mask, action)
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
                                         _flat(self._per_env_keys(env_keys)),
-                                        self.config.max_episode_steps, *curriculum, potentials=shape)
+                                        self.config.max_episode_steps, *curriculum, potentials=shape,
+                                        program_counts=bonus)
             teacher_action, teacher_seeks = self.teacher_actions(envs, steps_keys, t, hyper) if teach else (None, None)
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
@@ -457,6 +480,8 @@ class Learner(eqx.Module):
             reward = out.reward if weights is None else out.info.reward_terms @ weights
             if shape:
                 reward = shaped_reward(reward, out, hyper)
+            if bonus:
+                reward = program_bonus_reward(reward, out, hyper)
             transition = Trajectory(
                 obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
                 action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
@@ -832,6 +857,7 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     reward_weight_vector(env, resolved.reward_weights)  # a bad term name fails here, naming the flag
     check_teacher(env, resolved)
     check_shaping(env, resolved)
+    check_program_bonus(env, resolved)
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)

@@ -51,7 +51,7 @@ from hm.train.config import ConfigError, to_dict
 from hm.train.config import from_dict as config_from_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
-from hm.train.learner import check_shaping, check_teacher, reward_weight_vector
+from hm.train.learner import check_program_bonus, check_shaping, check_teacher, reward_weight_vector
 from hm.train.logging import (
     RunLogger,
     format_config,
@@ -315,6 +315,7 @@ class Trainer:
         reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
         check_teacher(self.env, config)
         check_shaping(self.env, config)
+        check_program_bonus(self.env, config)
         self.config = config
         configure_compile_cache(options.compile_cache)
         self.resolved = resolve(config, jax.default_backend(), jax.device_count())

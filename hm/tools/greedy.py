@@ -90,10 +90,15 @@ def value(state: game.GameState, distance_weight: float = DISTANCE_WEIGHT,
             - threat_weight * threats.astype(jnp.float32))
 
 
+def programs_owned(state: game.GameState) -> Float[Array, ""]:
+    """How many programs the player owns (also the learner's `--program-bonus` count)."""
+    return jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
+
+
 def program_value(state: game.GameState) -> Float[Array, ""]:
     """What a teacher with program weight w adds to `value`, divided by w: the programs
     owned, plus up to `SEEK_SHARE` for being near siphon reach of one it does not own."""
-    programs = jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
+    programs = programs_owned(state)
     reach = program_reach(state)
     closeness = jnp.maximum(SEEK_CELLS - reach, 0).astype(jnp.float32) / SEEK_CELLS
     return programs + jnp.where(reach >= 0, SEEK_SHARE * closeness, 0.0)

@@ -252,7 +252,7 @@ class HackMatrixEnv(_HackMatrixShaped):
         return greedy.value(state)
 
     def programs_owned(self, state):
-        return jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
+        return greedy.programs_owned(state)
 
 
 class NullState(eqx.Module):

@@ -261,6 +261,15 @@ def program_bonus_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hy
     return reward + hyper.program_bonus[:, None] * (out.next_programs_owned - out.programs_owned)
 
 
+def check_env(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
+    """Refuse a config that asks `env` for what it lacks: a reward term it does not have,
+    a teacher, a potential or a program count (each error names its flag)."""
+    reward_weight_vector(env, config.reward_weights)
+    check_teacher(env, config)
+    check_shaping(env, config)
+    check_program_bonus(env, config)
+
+
 def shaped_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
     """`reward` plus each member's `shaping` × (γΦ(s') − Φ(s)) (`config.py`, "Reward shaping").
 
@@ -854,10 +863,7 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
     if mesh.devices.size != resolved.devices:
         raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
                          f"for {resolved.devices}")
-    reward_weight_vector(env, resolved.reward_weights)  # a bad term name fails here, naming the flag
-    check_teacher(env, resolved)
-    check_shaping(env, resolved)
-    check_program_bonus(env, resolved)
+    check_env(env, resolved)  # a bad term name, or a flag the env cannot serve, fails here naming the flag
     learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)

@@ -51,7 +51,7 @@ from hm.train.config import ConfigError, to_dict
 from hm.train.config import from_dict as config_from_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
-from hm.train.learner import check_program_bonus, check_shaping, check_teacher, reward_weight_vector
+from hm.train.learner import check_env
 from hm.train.logging import (
     RunLogger,
     format_config,
@@ -312,10 +312,7 @@ class Trainer:
         if config.teacher_steps is None:
             config = dataclasses.replace(config, teacher_steps=config.total_timesteps)
         validate(config, jax.device_count())
-        reward_weight_vector(self.env, config.reward_weights)  # the names, against this env's terms
-        check_teacher(self.env, config)
-        check_shaping(self.env, config)
-        check_program_bonus(self.env, config)
+        check_env(self.env, config)  # the reward terms' names, the teacher, potential and program count
         self.config = config
         configure_compile_cache(options.compile_cache)
         self.resolved = resolve(config, jax.default_backend(), jax.device_count())

@@ -13,6 +13,7 @@ added (100 %: the game costs nothing).
     python -m bench.bench_train --env game --network mlp conv   # networks side by side
     python -m bench.bench_train --env game --num-seeds 1 4        # a population of 4 beside one run
     python -m bench.bench_train --env game --teacher-every 0 8 4  # the greedy teacher's cost (0: none)
+    python -m bench.bench_train --env game --program-bonus 0 4    # the program bonus's cost (0: none)
 
 A population (`--num-seeds N`, N members in one program, `num_envs` env slots each)
 reports its steps per second summed over the members, so a population of N that is
@@ -21,6 +22,11 @@ as efficient as N runs one after another reports the single run's number.
 With a teacher (`--teacher-every N`, the game only) the run trains with `--teacher-coef 1`
 and a `--teacher-steps` far beyond the benchmark, so every timed call runs the greedy
 teacher on one env slot in N: the cost of the first `--teacher-steps` of a run.
+
+With a program bonus (`--program-bonus B`, the game only; the game's default is 4) every
+step also counts the programs the player owns before and after it, to pay the learner
+B for each it gains. The config the benchmark builds goes to `make_train_fn` directly,
+which takes the unset bonus as 0, so without the flag it times the learner without one.
 
 Each result also reports the network's floating-point operations per sample (forward,
 and forward + parameter gradient, as XLA counts them) and per env step of PPO (one
@@ -52,6 +58,7 @@ class Args(Tap):
     critic: Literal["shared", "separate"] = "shared"  # the value head's trunk
     num_seeds: list[int] = [1]  # population size(s): N members of num_envs each; several are timed interleaved
     teacher_every: list[int] = [0]  # 0: no teacher; N: the greedy teacher labels one slot in N (game only); interleaved
+    program_bonus: list[float] = [0.0]  # the learner's bonus per program owned (game only; 0: none); interleaved
     repeats: int = 3  # timed calls after the first; the median is reported
     devices: int = 1  # devices to shard over (on CPU: forced host devices)
     seed: int = 0  # PRNG seed
@@ -59,10 +66,11 @@ class Args(Tap):
     out: pathlib.Path | None = None  # append results as JSON lines to this file
 
 
-def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher_every: int = 0) -> dict[str, Any]:
+def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher_every: int = 0,
+            program_bonus: float = 0.0) -> dict[str, Any]:
     """The fused training call on `env_name` with `network` for a population of
-    `num_seeds` (with the teacher on one slot in `teacher_every`, if not 0), its first
-    carry and its settings."""
+    `num_seeds` (with the teacher on one slot in `teacher_every`, if not 0, and a program
+    bonus of `program_bonus`), its first carry and its settings."""
     from hm.train import (
         HackMatrixEnv,
         NullEnv,
@@ -79,7 +87,7 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
                          total_timesteps=args.num_envs * args.num_steps * 1000,
                          updates_per_call=args.updates_per_call, precision=args.precision,
                          seed=args.seed, devices=args.devices, network=network, critic=args.critic,
-                         num_seeds=num_seeds)
+                         num_seeds=num_seeds, program_bonus=program_bonus)
     if teacher_every:
         config = dataclasses.replace(config, teacher_coef=1.0, teacher_every=teacher_every,
                                      teacher_steps=config.total_timesteps)
@@ -107,6 +115,8 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
         settings.update(num_seeds=num_seeds)
     if teacher_every:
         settings.update(teacher_every=teacher_every)
+    if program_bonus:
+        settings.update(program_bonus=program_bonus)
     flops = flops_per_sample(jax.device_get(member_of(state.params, 0)))
     flops["ppo_per_env_step"] = flops["forward"] + resolved.update_epochs * flops["forward_backward"]
     return {"step": jax.jit(lambda carry: train(carry[0]), donate_argnums=0),
@@ -124,8 +134,10 @@ def main(args: Args) -> list[dict[str, Any]]:
     envs = ["game", "null"] if args.env == "both" else [args.env]
     if any(args.teacher_every) and "null" in envs:
         raise SystemExit("--teacher-every: NullEnv has no teacher; use --env game")
-    runs = [prepare(args, name, network, seeds, every) for name in envs for network in args.network
-            for seeds in args.num_seeds for every in args.teacher_every]
+    if any(args.program_bonus) and "null" in envs:
+        raise SystemExit("--program-bonus: NullEnv has no programs to count; use --env game")
+    runs = [prepare(args, name, network, seeds, every, bonus) for name in envs for network in args.network
+            for seeds in args.num_seeds for every in args.teacher_every for bonus in args.program_bonus]
     # Timed calls alternate between the runs: this VM's speed drifts by tens of percent
     # over minutes, and the game/null (or network/network) ratio is only meaningful
     # measured together.
@@ -141,7 +153,7 @@ def main(args: Args) -> list[dict[str, Any]]:
     def same(r, **changes):
         """The settings that identify a comparable run, with `changes` applied."""
         settings = {**r["settings"], **changes}
-        return tuple(settings.get(k) for k in ("env", "network", "num_seeds", "teacher_every"))
+        return tuple(settings.get(k) for k in ("env", "network", "num_seeds", "teacher_every", "program_bonus"))
 
     by_settings = {same(r): result for r, result in zip(runs, results)}
     for r, result in zip(runs, results):
@@ -150,6 +162,11 @@ def main(args: Args) -> list[dict[str, Any]]:
             ratio = result["metrics"]["steps_per_s"] / untaught["metrics"]["steps_per_s"]
             print(f"teacher on one slot in {r['settings']['teacher_every']} / no teacher: {ratio:.1%} "
                   "(timed calls interleaved)")
+    for r, result in zip(runs, results):
+        unpaid = by_settings.get(same(r, program_bonus=None))
+        if "program_bonus" in r["settings"] and unpaid is not None:
+            ratio = result["metrics"]["steps_per_s"] / unpaid["metrics"]["steps_per_s"]
+            print(f"program bonus {r['settings']['program_bonus']:g} / none: {ratio:.1%} (timed calls interleaved)")
     for r, result in zip(runs, results):
         single = by_settings.get(same(r, num_seeds=None))
         if r["num_seeds"] != 1 and single is not None:

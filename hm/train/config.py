@@ -81,7 +81,10 @@ for each program it comes to own, −B for each an UNDO takes back. It is not pa
 when the game ends (unlike `shaping`), so it changes what the learner maximises: the
 game's return plus B for each program owned at the end of the game, an
 achievement-style bonus. The game, its return and evaluation are unchanged;
-docs/learning.md#program-bonus. 0 (the default) leaves the program as it was.
+docs/learning.md#program-bonus. 0 leaves the program as it was; `None` (the default) is
+the env's `default_program_bonus` (for the game, 4: docs/learning.md#program-bonus-default
+has the curves that chose it). Like `teacher_coef`, the trainer makes it concrete for its
+env, and a config trained without it (`make_train_fn` directly) takes None as 0.
 
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
@@ -189,8 +192,9 @@ class TrainConfig:
     # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
     shaping: float = 0.0
     # docs/learning.md#program-bonus: the learner's reward gains this times the change in
-    # the number of programs owned on each step (not paid back at the end); 0 off
-    program_bonus: float = 0.0
+    # the number of programs owned on each step (not paid back at the end); 0 off; None
+    # the env's default_program_bonus (for the game: 4), which the trainer (hm.train.run) applies
+    program_bonus: float | None = None
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
     # trainer before the config is saved, so a resume keeps the run's schedule
     teacher_steps: int | None = None
@@ -375,10 +379,11 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         teacher_steps=teacher_steps,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum", "shaping", "program_bonus"):
+                 "curriculum", "shaping"):
         fields[name] = float(fields[name])
-    if config.teacher_coef is not None:
-        fields["teacher_coef"] = float(config.teacher_coef)
+    for name in ("teacher_coef", "program_bonus"):  # None: the env's default
+        if getattr(config, name) is not None:
+            fields[name] = float(getattr(config, name))
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
     if config.reward_weights is not None:
         fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
@@ -499,7 +504,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     _check_int(config, "teacher_steps", 1, optional=True)
     _check_int(config, "teacher_every", 1, optional=True)
     _check_float(config, "shaping", 0.0, None)
-    _check_float(config, "program_bonus", 0.0, None)
+    _check_float(config, "program_bonus", 0.0, None, optional=True)
     _check_sweep(config, num_devices)
     _check_reward_weights(config)
     explicit_every = config.teacher_every is not None

@@ -67,6 +67,8 @@ class AbstractEnv(eqx.Module):
     potential_name: ClassVar[str | None] = None
     # Whether `programs_owned` counts the player's programs, for `--program-bonus`.
     counts_programs: ClassVar[bool] = False
+    # The program bonus unless `--program-bonus` says otherwise (`hm.train.run.Trainer` applies it).
+    default_program_bonus: ClassVar[float] = 0.0
     # The network kind (`hm.train.network.KINDS`) unless `--network` says otherwise.
     default_network: ClassVar[str] = "mlp"
 
@@ -215,6 +217,9 @@ class HackMatrixEnv(_HackMatrixShaped):
     teacher_values_programs: ClassVar[bool] = True
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
     counts_programs: ClassVar[bool] = True
+    # +4 for each program owned, so that the agent keeps taking and running programs
+    # after the teacher has gone (docs/learning.md#program-bonus-default)
+    default_program_bonus: ClassVar[float] = 4.0
     # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
     default_network: ClassVar[str] = "local"
 

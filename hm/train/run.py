@@ -74,8 +74,8 @@ MACHINE_FIELDS = frozenset({"devices"})
 # trained with: a resume of a checkpoint whose config lacks one takes this value (unless
 # given explicitly), not the field's new default.
 # `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher;
-# `network`: the MLP.
-LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0, "network": "mlp"}
+# `network`: the MLP; `program_bonus`: no bonus.
+LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0, "network": "mlp", "program_bonus": 0.0}
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -305,6 +305,8 @@ class Trainer:
             config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
         if config.teacher_coef is None:
             config = dataclasses.replace(config, teacher_coef=self.env.default_teacher_coef)
+        if config.program_bonus is None:
+            config = dataclasses.replace(config, program_bonus=self.env.default_program_bonus)
         if config.network is None:
             config = dataclasses.replace(config, network=self.env.default_network)
         # the teacher's length, by default the whole run: concrete before the config is

@@ -159,6 +159,7 @@ def test_reward_weights_parse_into_the_config():
 def test_teacher_flags_parse_into_the_config_and_default_to_the_envs():
     default = TrainArgs(prog="bin/train").parse_args([]).train_config()
     assert default.teacher_coef is None and default.teacher_every is None  # the env's weight; auto
+    assert default.program_bonus is None  # the env's bonus
     args = TrainArgs(prog="bin/train").parse_args(["--teacher-coef", "0.5", "--teacher-steps", "1000",
                                                    "--teacher-every", "4"])
     config = args.train_config()

@@ -151,6 +151,8 @@ def test_bad_program_bonus_is_refused_naming_the_flag():
     make_train_fn(resolve(PROBE, "cpu", 1), NullEnv(), make_mesh(1))  # 0: no count needed
 
 
-def test_program_bonus_parses_into_the_config_and_is_off_by_default():
-    assert TrainArgs(prog="bin/train").parse_args([]).train_config().program_bonus == 0.0
+def test_program_bonus_parses_into_the_config_and_defaults_to_the_envs():
+    assert TrainArgs(prog="bin/train").parse_args([]).train_config().program_bonus is None  # the env's
+    assert HackMatrixEnv.default_program_bonus == 4.0 and NullEnv.default_program_bonus == 0.0
     assert TrainArgs(prog="bin/train").parse_args(["--program-bonus", "0.5"]).train_config().program_bonus == 0.5
+    assert TrainArgs(prog="bin/train").parse_args(["--program-bonus", "0"]).train_config().program_bonus == 0.0

@@ -78,9 +78,10 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    # the env's default reward weights, teacher weight (NullEnv: none) and network are written out concretely
+    # the env's default reward weights, teacher weight, program bonus (NullEnv: none) and
+    # network are written out concretely
     concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0, teacher_steps=TINY.total_timesteps,
-                                   network="mlp")
+                                   network="mlp", program_bonus=0.0)
     assert config["config"] == json.loads(json.dumps(dataclasses.asdict(concrete)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
@@ -161,25 +162,32 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
     assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0, network="mlp",
+                                                 program_bonus=0.0,
                                                  teacher_steps=TINY.total_timesteps)
 
 
 class ShapedNullEnv(NullEnv):
-    """NullEnv with default reward weights and a teacher that teaches by default, as the
-    game has (its teacher takes the first legal action)."""
+    """NullEnv with default reward weights, a teacher that teaches by default and a
+    program bonus by default, as the game has (its teacher takes the first legal action;
+    the player owns one program for every ten steps left)."""
 
     default_reward_weights = (("distance", 0.0),)
     teacher = "first-legal"
     default_teacher_coef = 1.0
+    counts_programs = True
+    default_program_bonus = 8.0
 
     def teacher_actions(self, states, mask, keys, program_value):
         return jnp.argmax(mask, axis=1).astype(jnp.int32)
 
+    def programs_owned(self, state):
+        return (state.remaining // 10).astype(jnp.float32)
+
 
 def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
-    """Reward weights, the teacher weight and the network default to the env's; a
-    checkpoint written before they existed resumes as it trained: on the env's own
-    reward, without a teacher, with the MLP."""
+    """Reward weights, the teacher weight, the program bonus and the network default to
+    the env's; a checkpoint written before they existed resumes as it trained: on the
+    env's own reward, without a teacher or a program bonus, with the MLP."""
     def trainer(name, config=TINY, **options):
         options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
         return Trainer(config, options, env=ShapedNullEnv(), console=io.StringIO())
@@ -187,6 +195,7 @@ def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, comp
     first = trainer("shaped")
     assert first.config.reward_weights == first.resolved.reward_weights == (("distance", 0.0),)
     assert first.config.teacher_coef == first.resolved.teacher_coef == 1.0
+    assert first.config.program_bonus == first.resolved.program_bonus == 8.0
     assert first.config.network == first.architecture.network == "mlp"
     first.call()
     path = first.save()
@@ -198,16 +207,19 @@ def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, comp
             data = source.read(entry)
             if entry == "meta.json":
                 meta = json.loads(data)
-                del meta["config"]["reward_weights"], meta["config"]["teacher_coef"], meta["config"]["network"]
+                for name in ("reward_weights", "teacher_coef", "network", "program_bonus"):
+                    del meta["config"][name]
                 data = json.dumps(meta).encode()
             target.writestr(entry, data)
     resumed = trainer(None, resume=older)
     assert resumed.config.reward_weights == (), "it trained on the env's own reward, and goes on so"
     assert resumed.config.teacher_coef == 0.0, "and without a teacher"
+    assert resumed.config.program_bonus == 0.0, "or a program bonus"
     assert resumed.config.network == resumed.architecture.network == "mlp", "with the MLP"
     resumed.close()
     again = trainer(None, resume=path)
     assert again.config.reward_weights == (("distance", 0.0),) and again.config.teacher_coef == 1.0
+    assert again.config.program_bonus == 8.0
     again.close()
 
 

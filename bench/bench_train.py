@@ -156,17 +156,14 @@ def main(args: Args) -> list[dict[str, Any]]:
         return tuple(settings.get(k) for k in ("env", "network", "num_seeds", "teacher_every", "program_bonus"))
 
     by_settings = {same(r): result for r, result in zip(runs, results)}
-    for r, result in zip(runs, results):
-        untaught = by_settings.get(same(r, teacher_every=None))
-        if "teacher_every" in r["settings"] and untaught is not None:
-            ratio = result["metrics"]["steps_per_s"] / untaught["metrics"]["steps_per_s"]
-            print(f"teacher on one slot in {r['settings']['teacher_every']} / no teacher: {ratio:.1%} "
-                  "(timed calls interleaved)")
-    for r, result in zip(runs, results):
-        unpaid = by_settings.get(same(r, program_bonus=None))
-        if "program_bonus" in r["settings"] and unpaid is not None:
-            ratio = result["metrics"]["steps_per_s"] / unpaid["metrics"]["steps_per_s"]
-            print(f"program bonus {r['settings']['program_bonus']:g} / none: {ratio:.1%} (timed calls interleaved)")
+    # a run with a cost option against the same run without it
+    for option, describe in (("teacher_every", "teacher on one slot in {} / no teacher"),
+                             ("program_bonus", "program bonus {:g} / none")):
+        for r, result in zip(runs, results):
+            without = by_settings.get(same(r, **{option: None}))
+            if option in r["settings"] and without is not None:
+                ratio = result["metrics"]["steps_per_s"] / without["metrics"]["steps_per_s"]
+                print(f"{describe.format(r['settings'][option])}: {ratio:.1%} (timed calls interleaved)")
     for r, result in zip(runs, results):
         single = by_settings.get(same(r, num_seeds=None))
         if r["num_seeds"] != 1 and single is not None:

@@ -76,6 +76,9 @@ MACHINE_FIELDS = frozenset({"devices"})
 # `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher;
 # `network`: the MLP; `program_bonus`: no bonus.
 LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0, "network": "mlp", "program_bonus": 0.0}
+# Config fields whose None means the env's default: the trainer takes each from the env's
+# `default_<field>` (`hm.train.envs.AbstractEnv`) before the config is saved.
+ENV_DEFAULT_FIELDS = ("reward_weights", "teacher_coef", "program_bonus", "network")
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -301,14 +304,8 @@ class Trainer:
             legacy = {k: v for k, v in LEGACY_VALUES.items() if k not in meta.config and k not in (explicit or ())}
             config = dataclasses.replace(config, **legacy)
         # "the env's default" (None), made concrete for this env
-        if config.reward_weights is None:
-            config = dataclasses.replace(config, reward_weights=self.env.default_reward_weights)
-        if config.teacher_coef is None:
-            config = dataclasses.replace(config, teacher_coef=self.env.default_teacher_coef)
-        if config.program_bonus is None:
-            config = dataclasses.replace(config, program_bonus=self.env.default_program_bonus)
-        if config.network is None:
-            config = dataclasses.replace(config, network=self.env.default_network)
+        config = dataclasses.replace(config, **{name: getattr(self.env, f"default_{name}")
+                                                for name in ENV_DEFAULT_FIELDS if getattr(config, name) is None})
         # the teacher's length, by default the whole run: concrete before the config is
         # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
         if config.teacher_steps is None:

@@ -82,7 +82,7 @@ when the game ends (unlike `shaping`), so it changes what the learner maximises:
 game's return plus B for each program owned at the end of the game, an
 achievement-style bonus. The game, its return and evaluation are unchanged;
 docs/learning.md#program-bonus. 0 leaves the program as it was; `None` (the default) is
-the env's `default_program_bonus` (for the game, 4: docs/learning.md#program-bonus-default
+the env's `default_program_bonus` (for the game, 5: docs/learning.md#bonus5-default
 has the curves that chose it). Like `teacher_coef`, the trainer makes it concrete for its
 env, and a config trained without it (`make_train_fn` directly) takes None as 0.
 
@@ -193,7 +193,7 @@ class TrainConfig:
     shaping: float = 0.0
     # docs/learning.md#program-bonus: the learner's reward gains this times the change in
     # the number of programs owned on each step (not paid back at the end); 0 off; None
-    # the env's default_program_bonus (for the game: 4), which the trainer (hm.train.run) applies
+    # the env's default_program_bonus (for the game: 5), which the trainer (hm.train.run) applies
     program_bonus: float | None = None
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
     # trainer before the config is saved, so a resume keeps the run's schedule

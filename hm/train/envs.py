@@ -217,9 +217,9 @@ class HackMatrixEnv(_HackMatrixShaped):
     teacher_values_programs: ClassVar[bool] = True
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
     counts_programs: ClassVar[bool] = True
-    # +4 for each program owned, so that the agent keeps taking and running programs
-    # after the teacher has gone (docs/learning.md#program-bonus-default)
-    default_program_bonus: ClassVar[float] = 4.0
+    # +5 for each program owned, so that the agent keeps taking and running programs
+    # after the teacher has gone (docs/learning.md#bonus5-default; 4 before 2026-11-29's evening)
+    default_program_bonus: ClassVar[float] = 5.0
     # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
     default_network: ClassVar[str] = "local"
 

@@ -23,10 +23,11 @@ With a teacher (`--teacher-every N`, the game only) the run trains with `--teach
 and a `--teacher-steps` far beyond the benchmark, so every timed call runs the greedy
 teacher on one env slot in N: the cost of the first `--teacher-steps` of a run.
 
-With a program bonus (`--program-bonus B`, the game only; the game's default is 5) every
-step also counts the programs the player owns before and after it, to pay the learner
-B for each it gains. The config the benchmark builds goes to `make_train_fn` directly,
-which takes the unset bonus as 0, so without the flag it times the learner without one.
+With a program bonus (`--program-bonus B`, the game only; the game's default is
+`HackMatrixEnv.default_program_bonus`) every step also counts the programs the player
+owns before and after it, to pay the learner B for each it gains. The config the
+benchmark builds goes to `make_train_fn` directly, which takes the unset bonus as 0, so
+without the flag it times the learner without one.
 
 Each result also reports the network's floating-point operations per sample (forward,
 and forward + parameter gradient, as XLA counts them) and per env step of PPO (one

@@ -193,7 +193,7 @@ class TrainConfig:
     shaping: float = 0.0
     # docs/learning.md#program-bonus: the learner's reward gains this times the change in
     # the number of programs owned on each step (not paid back at the end); 0 off; None
-    # the env's default_program_bonus (for the game: 5), which the trainer (hm.train.run) applies
+    # the env's default_program_bonus, which the trainer (hm.train.run) applies
     program_bonus: float | None = None
     # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
     # trainer before the config is saved, so a resume keeps the run's schedule

@@ -185,7 +185,7 @@ def plot_comparison(path: pathlib.Path, rows: dict[str, list[dict[str, Any]]],
             means = [sum(r[metric] for r in mine if r["env_steps"] == s) / len([r for r in mine if r["env_steps"] == s])
                      for s in steps]
             axis.plot([s / 1e6 for s in steps], means, color=color, linewidth=2.5, marker="o",
-                      label=f"{label} (mean of {len(seeds)} seeds)")
+                      label=f"{label} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else f"{label} (one seed)")
         for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
             axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
         axis.set_xlabel("env steps (millions)")

@@ -56,10 +56,10 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     teacher_coef: float | None = _CONFIG.teacher_coef  # Weight of the greedy teacher's cross-entropy (>= 0; 0: off); default: the env's (game: 1).
     teacher_program_value: float = _CONFIG.teacher_program_value  # Teacher: value of each owned program (>= 0; 0: the greedy baseline).
     teacher_program_floor: float = _CONFIG.teacher_program_floor  # Teacher: least weight of its labels that seek programs (>= 0; 0: none).
-    teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: --total-timesteps).
+    teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: 4/5 of the run).
     teacher_every: int | None = _CONFIG.teacher_every  # The teacher labels one env slot in N (dividing each device's envs; default 8).
     shaping: float = _CONFIG.shaping  # Reward shaping: add C x (gamma Phi(s') - Phi(s)), Phi the greedy player's value (>= 0; 0: off).
-    program_bonus: float | None = _CONFIG.program_bonus  # Learner: +B per program gained, not paid back (>= 0; 0: off); default: the env's (game: 5).
+    program_bonus: float | None = _CONFIG.program_bonus  # Learner: +B per program gained, not paid back (>= 0; 0: off); default: the env's (game: 3).
     sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/populations.md.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).

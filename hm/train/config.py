@@ -49,8 +49,10 @@ cross-entropy between the policy and a scripted teacher's action (the env's
 `teacher_actions`; for the game, the greedy player of `bin/evaluate --baseline greedy`),
 on the states the agent itself visits (Schmitt et al., "Kickstarting Deep Reinforcement
 Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps (by
-default, `None`, the run's `total_timesteps`: the teacher weighs in, less and less, for
-the whole run), after which the teacher is no longer run and training is plain PPO. The teacher labels one env
+default, `None`, 4/5 of the run's `total_timesteps`, `TEACHER_SHARE`: the teacher weighs
+in, less and less, for most of the run, and the learner has the last fifth to itself;
+docs/learning.md#bonus3-teacher16-20m), after which the teacher is no longer run and
+training is plain PPO. The teacher labels one env
 slot in every `teacher_every` (default 8, or the largest divisor of 8 that divides each
 device's env slots; it simulates every legal action, so a label costs about 28 env
 steps); the agent always acts by its own policy. 0 turns it off and leaves the program
@@ -82,8 +84,8 @@ when the game ends (unlike `shaping`), so it changes what the learner maximises:
 game's return plus B for each program owned at the end of the game, an
 achievement-style bonus. The game, its return and evaluation are unchanged;
 docs/learning.md#program-bonus. 0 leaves the program as it was; `None` (the default) is
-the env's `default_program_bonus` (for the game, 5: docs/learning.md#bonus5-default
-has the curves that chose it). Like `teacher_coef`, the trainer makes it concrete for its
+the env's `default_program_bonus` (for the game, 3: docs/learning.md#bonus3-teacher16-20m
+has the curves that chose it, with the teacher's 4/5 of the run). Like `teacher_coef`, the trainer makes it concrete for its
 env, and a config trained without it (`make_train_fn` directly) takes None as 0.
 
 Populations. `num_seeds` and `sweep` make one run train several members in one program
@@ -124,6 +126,9 @@ NUM_STAGES = 8
 # The teacher labels one env slot in this many unless `teacher_every` says otherwise
 # (docs/learning.md#teacher: the 20M-step curves ran with it).
 TEACHER_EVERY = 8
+# By default the teacher's weight reaches 0 at this share of the run's env steps
+# (docs/learning.md#bonus3-teacher16-20m: 4/5 of 20M with the game's bonus of 3).
+TEACHER_SHARE = 0.8
 # Members of one population, at most (each holds its own envs, parameters and optimizer).
 MAX_MEMBERS = 1024
 
@@ -195,8 +200,8 @@ class TrainConfig:
     # the number of programs owned on each step (not paid back at the end); 0 off; None
     # the env's default_program_bonus, which the trainer (hm.train.run) applies
     program_bonus: float | None = None
-    # None: total_timesteps (docs/learning.md#teacher-all-run), made concrete by the
-    # trainer before the config is saved, so a resume keeps the run's schedule
+    # None: 4/5 of total_timesteps (`auto_teacher_steps`, docs/learning.md#bonus3-teacher16-20m),
+    # made concrete by the trainer before the config is saved, so a resume keeps the run's schedule
     teacher_steps: int | None = None
     # the teacher labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
     # divisor of 8 that divides each device's env slots
@@ -318,6 +323,12 @@ def _auto_epochs(batch: int) -> int:
     return max(2, int(REFERENCE_EPOCHS // (batch / REFERENCE_BATCH)))
 
 
+def auto_teacher_steps(total_timesteps: int) -> int:
+    """The env steps at which the teacher's weight reaches 0 unless `teacher_steps` says:
+    `TEACHER_SHARE` of the run, at least 1."""
+    return max(1, round(TEACHER_SHARE * total_timesteps))
+
+
 def _auto_lr(batch: int) -> float:
     return REFERENCE_LR if batch <= REFERENCE_BATCH else LARGE_BATCH_LR
 
@@ -364,7 +375,7 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         auto.append("updates_per_call")
     teacher_steps = config.teacher_steps
     if teacher_steps is None:
-        teacher_steps = config.total_timesteps
+        teacher_steps = auto_teacher_steps(config.total_timesteps)
         auto.append("teacher_steps")
     teacher_every = config.teacher_every
     if teacher_every is None:

@@ -217,9 +217,10 @@ class HackMatrixEnv(_HackMatrixShaped):
     teacher_values_programs: ClassVar[bool] = True
     potential_name: ClassVar[str | None] = "the greedy player's heuristic value"
     counts_programs: ClassVar[bool] = True
-    # +5 for each program owned, so that the agent keeps taking and running programs
-    # after the teacher has gone (docs/learning.md#bonus5-default; 4 before 2026-11-29's evening)
-    default_program_bonus: ClassVar[float] = 5.0
+    # +3 for each program owned, so that the agent keeps taking and running programs
+    # after the teacher has gone (docs/learning.md#bonus3-teacher16-20m, with the teacher
+    # to 4/5 of the run; 4 before 2026-11-29's evening, then 5 until 2026-11-30)
+    default_program_bonus: ClassVar[float] = 3.0
     # the MLP with the 5x5 cells around the player (docs/learning.md#local-view)
     default_network: ClassVar[str] = "local"
 

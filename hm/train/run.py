@@ -47,7 +47,7 @@ from hm.train import (
     validate,
 )
 from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
-from hm.train.config import ConfigError, to_dict
+from hm.train.config import ConfigError, auto_teacher_steps, to_dict
 from hm.train.config import from_dict as config_from_dict
 from hm.train.envs import describe
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
@@ -306,10 +306,10 @@ class Trainer:
         # "the env's default" (None), made concrete for this env
         config = dataclasses.replace(config, **{name: getattr(self.env, f"default_{name}")
                                                 for name in ENV_DEFAULT_FIELDS if getattr(config, name) is None})
-        # the teacher's length, by default the whole run: concrete before the config is
+        # the teacher's length, by default 4/5 of the run: concrete before the config is
         # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
         if config.teacher_steps is None:
-            config = dataclasses.replace(config, teacher_steps=config.total_timesteps)
+            config = dataclasses.replace(config, teacher_steps=auto_teacher_steps(config.total_timesteps))
         validate(config, jax.device_count())
         check_env(self.env, config)  # the reward terms' names, the teacher, potential and program count
         self.config = config

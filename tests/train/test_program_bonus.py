@@ -153,6 +153,6 @@ def test_bad_program_bonus_is_refused_naming_the_flag():
 
 def test_program_bonus_parses_into_the_config_and_defaults_to_the_envs():
     assert TrainArgs(prog="bin/train").parse_args([]).train_config().program_bonus is None  # the env's
-    assert HackMatrixEnv.default_program_bonus == 5.0 and NullEnv.default_program_bonus == 0.0
+    assert HackMatrixEnv.default_program_bonus == 3.0 and NullEnv.default_program_bonus == 0.0
     assert TrainArgs(prog="bin/train").parse_args(["--program-bonus", "0.5"]).train_config().program_bonus == 0.5
     assert TrainArgs(prog="bin/train").parse_args(["--program-bonus", "0"]).train_config().program_bonus == 0.0

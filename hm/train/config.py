@@ -52,13 +52,12 @@ Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env ste
 default, `None`, 4/5 of the run's `total_timesteps`, `TEACHER_SHARE`: the teacher weighs
 in, less and less, for most of the run, and the learner has the last fifth to itself;
 docs/learning.md#bonus3-teacher16-20m), after which the teacher is no longer run and
-training is plain PPO. The teacher labels one env
-slot in every `teacher_every` (default 8, or the largest divisor of 8 that divides each
-device's env slots; it simulates every legal action, so a label costs about 28 env
-steps); the agent always acts by its own policy. 0 turns it off and leaves the program
-as it was; `None` (the default) is the env's
-`default_teacher_coef` (for the game, 1: docs/learning.md#teacher has the curves that
-chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
+training is plain PPO. The teacher labels one env slot in every `teacher_every` (default
+8, or the largest divisor of 8 that divides each device's env slots; it simulates every
+legal action, so a label costs about 28 env steps); the agent always acts by its own
+policy. 0 turns it off and leaves the program as it was; `None` (the default) is the
+env's `default_teacher_coef` (for the game, 1: docs/learning.md#teacher has the curves
+that chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
 env; a config resolved and trained without it (`make_train_fn` directly) takes None as 0.
 `teacher_program_value` > 0 makes the game's teacher add that much to its value of a
 state for each program the player owns, so it siphons program blocks it would
@@ -84,9 +83,10 @@ when the game ends (unlike `shaping`), so it changes what the learner maximises:
 game's return plus B for each program owned at the end of the game, an
 achievement-style bonus. The game, its return and evaluation are unchanged;
 docs/learning.md#program-bonus. 0 leaves the program as it was; `None` (the default) is
-the env's `default_program_bonus` (for the game, 3: docs/learning.md#bonus3-teacher16-20m
-has the curves that chose it, with the teacher's 4/5 of the run). Like `teacher_coef`, the trainer makes it concrete for its
-env, and a config trained without it (`make_train_fn` directly) takes None as 0.
+the env's `default_program_bonus` (for the game, 3:
+docs/learning.md#bonus3-teacher16-20m has the curves that chose it, with the teacher to
+4/5 of the run). Like `teacher_coef`, the trainer makes it concrete for its env, and a
+config trained without it (`make_train_fn` directly) takes None as 0.
 
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed

@@ -5,6 +5,7 @@ Every function takes and returns a single, unbatched game; batch with `jax.vmap`
     state, obs = reset(key)
     state, obs, reward, done, info = step(state, action, key)
     mask = legal_actions(state)
+    count = programs_owned(state)                       # programs the player owns
     obs = observe(state)
     state = from_dict(d); d = to_dict(state)
     text = render(state)
@@ -17,7 +18,7 @@ from hm.game.core import reset, reset_where, restart, step
 from hm.game.observation import Observation, observe
 from hm.game.render import render
 from hm.game.scenario import from_dict, to_dict
-from hm.game.state import GameState
+from hm.game.state import GameState, programs_owned
 
 __all__ = ["GameState", "Observation", "constants", "from_dict", "legal_actions", "observe",
-           "render", "reset", "reset_where", "restart", "step", "to_dict"]
+           "programs_owned", "render", "reset", "reset_where", "restart", "step", "to_dict"]

@@ -135,6 +135,12 @@ def _i32(x) -> Int32[Array, ""]:
     return jnp.asarray(x, dtype=jnp.int32)
 
 
+def programs_owned(state: "GameState") -> Int32[Array, ""]:
+    """How many programs the player owns (§9): what the learner's program bonus and the
+    search's reward count."""
+    return jnp.sum(state.player.owned, dtype=jnp.int32)
+
+
 def empty_board() -> Board:
     """A board with every cell EMPTY, no payload, no resource, no flags."""
     zeros = jnp.zeros(C.NUM_CELLS, jnp.int8)

@@ -10,9 +10,13 @@ for a thousand steps. There is one compiled program per kind of player
 (`hm.tools.players`): a network of a given shape, or the greedy baseline.
 
 Players: the policy, `--baseline random` (uniform over the legal actions; a network
-with all weights zero, so it runs through the policy's program) and `--baseline greedy`
+with all weights zero, so it runs through the policy's program), `--baseline greedy`
 (the scripted `GreedyPlayer`: the legal action with the best immediate reward plus a
-small heuristic value, every action tried on a copy of the game).
+small heuristic value, every action tried on a copy of the game) and `--baseline search`
+(Gumbel MuZero search over the real game with a uniform prior and the greedy player's
+heuristic value: planning that needs no training). `--search N` makes the policy plan:
+N simulations of the same search per move, with the policy's prior and value and the
+reward its critic was trained on (`hm.search`, docs/search.md).
 
 Games: every player sees the same games for the same `--seed` (the same stages and
 randomness streams). Evaluation games come from their own seed family, disjoint from
@@ -30,10 +34,15 @@ Python API (for benchmarks and scripts, on a network in memory):
 
 `--json` writes, at `schema_version` 3 (a test pins every key):
 
-    schema_version  3
+    schema_version  4
     policy          where the policy was read from, or null
     episodes, max_steps, seed, greedy, game_version
-    agents          {name: report} for "policy", "random", "greedy" (those evaluated)
+    search          {name: settings} for each agent that searches ("policy" with
+                    `--search`, the "search" baseline): `hm.search.Search.settings()` and
+                    "reward": {"term_weights": {term: weight}, "program_bonus": B}
+                    (with `--all-members`, the baselines' here and each member's under
+                    its own "search")
+    agents          {name: report} for "policy", "random", "greedy", "search" (those evaluated)
 
 With `--all-members`, `agents` is replaced by `members` (each member's row of the
 population table with its `report`), `settings` (per setting, the mean and std over
@@ -89,19 +98,34 @@ from hm import game
 from hm.command import Command, check_int, check_output_file, check_seed, use_compile_cache
 from hm.game import constants as C
 from hm.game import geometry
-from hm.tools.players import AbstractPlayer, GreedyPlayer, NetworkPlayer, random_player
-from hm.tools.policy import PolicyError, load, members_of
+from hm.search import Search, SearchReward
+from hm.tools.players import (
+    AbstractPlayer,
+    GreedyPlayer,
+    HeuristicEvaluator,
+    NetworkEvaluator,
+    NetworkPlayer,
+    SearchPlayer,
+    random_player,
+    reward_of_config,
+)
+from hm.tools.policy import Policy, PolicyError, load, members_of
 from hm.train.config import TrainConfig
 from hm.train.network import Network
 from hm.train.precision import DTYPES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHUNK = 128                 # steps per compiled call; the host checks for the end between calls
+# Games a search player plays at a time (`run_queue`): past a hundred or so, a CPU gains
+# little throughput per simulation, and a game waits for the slowest of its batch less.
+SEARCH_SLOTS = 128
 DEFAULT_EPISODES = 256
 DEFAULT_MAX_STEPS = TrainConfig.max_episode_steps   # where training truncates, too
 # Evaluation keys are `fold_in(key(seed), EVALUATION_STREAM)`: a family of their own.
 EVALUATION_STREAM = 0x65766131          # "eva1"
-BASELINES = ("random", "greedy")
+BASELINES = ("random", "greedy", "search")
+# Simulations of `--baseline search` when `--search` does not say.
+DEFAULT_BASELINE_SIMULATIONS = 32
 
 DEATH_CAUSES = (*C.ENEMY_NAMES, "several_kinds", "unknown")
 _SEVERAL_KINDS, _UNKNOWN = C.NUM_ENEMY_TYPES, C.NUM_ENEMY_TYPES + 1
@@ -131,8 +155,13 @@ class Episode(eqx.Module):
 def start(key: Key[Array, ""]) -> Episode:
     """A new game with an empty tally."""
     state, obs = game.reset(key)
+    return start_from(state, obs.flat())
+
+
+def start_from(state: game.GameState, obs: Float[Array, " obs"]) -> Episode:
+    """An empty tally of the new game `state` (its flat observation `obs`)."""
     false, zero = jnp.asarray(False), jnp.int32(0)
-    return Episode(state=state, obs=obs.flat(), ended=false, episode_return=jnp.float32(0.0),
+    return Episode(state=state, obs=obs, ended=false, episode_return=jnp.float32(0.0),
                    length=zero, reward_terms=jnp.zeros((len(C.REWARD_TERMS),), jnp.float32),
                    won=false, died=false, siphons=zero,
                    program_runs=jnp.zeros((C.NUM_PROGRAMS,), jnp.int32),
@@ -211,6 +240,67 @@ def _play_chunk(player: AbstractPlayer, episodes: Episode, key: PRNGKeyArray, fi
     return jax.lax.scan(step, episodes, steps)[0]
 
 
+class Queue(eqx.Module):
+    """An evaluation played as a work queue: `slots` games at a time, each slot taking
+    the next unplayed game as soon as its own ends (batched over slots; see
+    `run_queue`)."""
+
+    slots: Episode                 # [S] the games being played
+    game: Int32[Array, " S"]       # the game each slot plays (0..N-1), N when the slot is idle
+    next_game: Int32[Array, ""]    # the first game not yet started
+    finished: Episode              # [N] every game's tally, written when it ends
+
+
+@eqx.filter_jit
+def _start_queue(reset_keys: Key[Array, " N"], slots: int) -> Queue:
+    n = reset_keys.shape[0]
+    finished = jax.vmap(start)(reset_keys)
+    first = jax.tree.map(lambda x: x[:slots], finished)
+    return Queue(slots=first, game=jnp.arange(slots, dtype=jnp.int32), next_game=jnp.int32(min(slots, n)),
+                 finished=finished)
+
+
+def _queue_refill(queue: Queue, over: Bool[Array, " S"], reset_keys: Key[Array, " N"]) -> Queue:
+    """Write the tallies of the slots whose game is `over` and start the next games in
+    them (the games in order; a slot with none left goes idle)."""
+    n = reset_keys.shape[0]
+    where = jnp.where(over, queue.game, n)   # out of range: dropped
+    finished = jax.tree.map(lambda all_, slot: all_.at[where].set(slot, mode="drop"), queue.finished, queue.slots)
+    rank = jnp.cumsum(over.astype(jnp.int32)) - 1
+    game_index = jnp.where(over, jnp.minimum(queue.next_game + rank, n), queue.game)
+    fresh = over & (game_index < n)
+    keys = reset_keys[jnp.minimum(game_index, n - 1)]
+    # only the slots that start a game generate one (`hm.game.reset_where`)
+    state, obs = jax.vmap(game.reset_where)(fresh, queue.slots.state, game.Observation(values=queue.slots.obs), keys)
+    new = jax.vmap(start_from)(state, obs.values)
+    slots = jax.tree.map(lambda a, b: jnp.where(fresh.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, queue.slots)
+    return Queue(slots=slots, game=game_index, next_game=jnp.minimum(queue.next_game + jnp.sum(over, dtype=jnp.int32), n),
+                 finished=finished)
+
+
+@eqx.filter_jit
+def _play_queue_chunk(player: AbstractPlayer, queue: Queue, reset_keys: Key[Array, " N"], key: PRNGKeyArray,
+                      first_step: Int32[Array, ""], max_steps: Int32[Array, ""]) -> Queue:
+    """`CHUNK` moves of every busy slot. Game g's step t draws the environment's
+    randomness from `fold_in(fold_in(key, g), t)`, whichever slot plays it; the player's
+    draws come from `fold_in(player stream, move)`."""
+    n = reset_keys.shape[0]
+    env_root, player_root = jax.random.split(key)
+
+    def move(queue: Queue, t: Int32[Array, ""]) -> tuple[Queue, None]:
+        slots = queue.slots
+        busy = queue.game < n
+        mask = jax.vmap(game.legal_actions)(slots.state)
+        action = player.choose(slots.state, slots.obs, mask, jax.random.fold_in(player_root, t))
+        env_keys = jax.vmap(lambda g, t: jax.random.fold_in(jax.random.fold_in(env_root, g), t))(queue.game, slots.length)
+        slots = jax.vmap(advance)(slots, action, mask, env_keys, busy & ~slots.ended)
+        over = busy & (slots.ended | (slots.length >= max_steps))
+        return _queue_refill(eqx.tree_at(lambda q: q.slots, queue, slots), over, reset_keys), None
+
+    steps = first_step + jnp.arange(CHUNK, dtype=jnp.int32)
+    return jax.lax.scan(move, queue, steps)[0]
+
+
 def evaluation_key(seed: int) -> PRNGKeyArray:
     """The root key of the evaluation games of `seed` (see the module docstring)."""
     return jax.random.fold_in(jax.random.key(seed), EVALUATION_STREAM)
@@ -237,25 +327,34 @@ class Results:
 
 
 def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps: int, seed: int,
-                 greedy: bool = False) -> Results:
+                 greedy: bool = False, slots: int | None = None) -> Results:
     """Play `num_episodes` games with `player` for at most `max_steps` steps each.
 
     Args:
         player: a player (`hm.tools.players`), or a network (played by `NetworkPlayer`).
-        num_episodes: games, played side by side.
+        num_episodes: games to play.
         max_steps: the step limit; a game still running then is truncated.
         seed: decides the games and every random draw (the same for every player).
         greedy: with a network, take each state's likeliest action instead of sampling.
+        slots: play the games as a work queue, this many at a time (`run_queue`);
+            None: a search player's default (`SEARCH_SLOTS`), every other player all
+            games side by side.
     """
     if isinstance(player, Network):
         player = NetworkPlayer(network=player, greedy=jnp.asarray(greedy))
+    if slots is None and isinstance(player, SearchPlayer):
+        slots = SEARCH_SLOTS
     began = time.perf_counter()
     reset_key, play_key = jax.random.split(evaluation_key(seed))
-    episodes = _start_all(jax.random.split(reset_key, num_episodes))
-    for first_step in range(0, max_steps, CHUNK):
-        episodes = _play_chunk(player, episodes, play_key, jnp.int32(first_step), jnp.int32(max_steps))
-        if bool(jnp.all(episodes.ended)):
-            break
+    reset_keys = jax.random.split(reset_key, num_episodes)
+    if slots is not None and slots < num_episodes:
+        episodes = run_queue(player, reset_keys, play_key, max_steps, slots)
+    else:
+        episodes = _start_all(reset_keys)
+        for first_step in range(0, max_steps, CHUNK):
+            episodes = _play_chunk(player, episodes, play_key, jnp.int32(first_step), jnp.int32(max_steps))
+            if bool(jnp.all(episodes.ended)):
+                break
     host = jax.device_get(episodes)
     return Results(
         episode_return=np.asarray(host.episode_return), length=np.asarray(host.length),
@@ -266,6 +365,24 @@ def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps:
         death_cause=np.asarray(host.death_cause),
         stage_completed_step=np.asarray(host.stage_completed_step),
         seconds=time.perf_counter() - began)
+
+
+def run_queue(player: AbstractPlayer, reset_keys: Key[Array, " n"], key: PRNGKeyArray, max_steps: int,
+              slots: int) -> Episode:
+    """Every game of `reset_keys` played to its end (or `max_steps`) as a work queue of
+    `slots` games at a time; returns their tallies, in game order.
+
+    A slot whose game ends takes the next game at once, so the work is the games' total
+    length, not the longest game's × all games: what a player that is expensive per move
+    (a search) needs. The games are the same as side by side (`reset_keys`); game g's
+    randomness depends on g and its step alone, the player's on the move count.
+    """
+    queue = _start_queue(reset_keys, slots)
+    first_step = 0
+    while bool(jnp.any(queue.game < reset_keys.shape[0])):
+        queue = _play_queue_chunk(player, queue, reset_keys, key, jnp.int32(first_step), jnp.int32(max_steps))
+        first_step += CHUNK
+    return queue.finished
 
 
 def summarise(results: Results) -> dict[str, Any]:
@@ -345,11 +462,14 @@ class Report:
 
 
 def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
-                like: Network | None = None, precision: str = "f32") -> AbstractPlayer:
-    """A player from a network, a player, or a baseline's name ("random", "greedy").
+                like: Network | None = None, precision: str = "f32",
+                search: Search | None = None) -> AbstractPlayer:
+    """A player from a network, a player, or a baseline's name ("random", "greedy", "search").
 
     `greedy` and `precision` apply to a network; `like` gives the random baseline its
-    network shape (so it shares that program).
+    network shape (so it shares that program). `search` gives the "search" baseline its
+    settings (default: `DEFAULT_BASELINE_SIMULATIONS` simulations); a network that
+    should search is made a player by `search_player`.
     """
     if isinstance(player, AbstractPlayer):
         return player
@@ -361,7 +481,27 @@ def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
         return random_player(like)
     if player == "greedy":
         return GreedyPlayer()
+    if player == "search":
+        return SearchPlayer(evaluator=HeuristicEvaluator(), reward=SearchReward(),   # the game's own reward
+                            search=search or Search(num_simulations=DEFAULT_BASELINE_SIMULATIONS))
     raise ValueError(f"player must be a Network, an AbstractPlayer or one of {BASELINES}; got {player!r}")
+
+
+def search_player(policy: Policy, search: Search, precision: str = "f32") -> SearchPlayer:
+    """`policy` planning with `search`: its logits as the prior, its critic as the value,
+    and the reward its critic was trained on (from its training config)."""
+    return SearchPlayer(evaluator=NetworkEvaluator(network=policy.network, precision=precision),
+                        reward=reward_of_config(policy.config), search=search)
+
+
+def search_settings(player: AbstractPlayer) -> dict[str, Any] | None:
+    """What a searching player searches with, JSON-able (None for other players)."""
+    if not isinstance(player, SearchPlayer):
+        return None
+    weights = np.asarray(player.reward.term_weights)
+    return {**player.search.settings(),
+            "reward": {"term_weights": {name: float(w) for name, w in zip(C.REWARD_TERMS, weights)},
+                       "program_bonus": float(player.reward.program_bonus)}}
 
 
 def evaluate(player: AbstractPlayer | Network | str, num_episodes: int = DEFAULT_EPISODES, seed: int = 0,
@@ -447,7 +587,11 @@ class EvaluateArgs(Command):
     max_steps: int = DEFAULT_MAX_STEPS  # Steps per game (>= 1); a game still running then counts as truncated.
     seed: int = 0  # Random seed in [0, 2^32 - 1]; the same seed gives every agent the same games (not training's).
     greedy: bool = False  # Play the policy's likeliest action instead of sampling (the random baseline always samples).
-    baseline: list[Literal["random", "greedy"]] = []  # Also (or only) evaluate baselines: random, greedy (scripted), or both.
+    baseline: list[Literal["random", "greedy", "search"]] = []  # Also (or only) evaluate baselines: random, greedy, search (no training).
+    search: int = 0  # Plan each move with N simulations of search over the real game (docs/search.md); 0: the policy alone.
+    search_q_span: float = Search.q_span  # Search: the least Q span the normalisation stretches to [0, 1], in reward units (> 0).
+    search_gumbel_scale: float = Search.gumbel_scale  # Search: scale of the Gumbel noise at the root (>= 0; 0: no noise).
+    search_roots: int = Search.root_searches  # Search: independent searches per move, their improved policies averaged (>= 1).
     json: Path | None = None  # Write the report to this file as JSON.
     member: str | None = None  # A population's member, by index or name; default: the best by recent return.
     all_members: bool = False  # Evaluate every member of a population: one row each, and mean +- std over seeds per setting.
@@ -470,8 +614,30 @@ class EvaluateArgs(Command):
             self.error("give --member or --all-members, not both")
         if self.greedy and self.policy is None:
             self.error("--greedy needs RUN_OR_POLICY: it plays the policy's likeliest action")
+        check_int(self, "--search", self.search, 0)
+        check_int(self, "--search-roots", self.search_roots, 1)
+        if not self.search_q_span > 0:
+            self.error(f"--search-q-span must be above 0, got {self.search_q_span}")
+        if not self.search_gumbel_scale >= 0:
+            self.error(f"--search-gumbel-scale must be at least 0, got {self.search_gumbel_scale}")
+        if self.search and self.greedy:
+            self.error("give --search or --greedy, not both: the search chooses the move")
+        if self.search and self.policy is None and "search" not in self.baseline:
+            self.error("--search needs RUN_OR_POLICY (or --baseline search): the policy it plans with")
         if self.json is not None:
             check_output_file(self, "--json", self.json)
+
+    def search_config(self, default_simulations: int) -> Search:
+        """The search `--search` and its options ask for (`default_simulations` where
+        `--search` is 0)."""
+        return Search(num_simulations=self.search or default_simulations, q_span=self.search_q_span,
+                      gumbel_scale=self.search_gumbel_scale, root_searches=self.search_roots)
+
+    def policy_player(self, policy: Policy) -> AbstractPlayer:
+        """The policy as `--greedy` and `--search` ask it to play."""
+        if self.search:
+            return search_player(policy, self.search_config(self.search))
+        return make_player(policy.network, self.greedy)
 
 
 # The columns of `--all-members`: (heading, summary key, format).
@@ -527,7 +693,13 @@ def _play(args: "EvaluateArgs", player: AbstractPlayer) -> dict[str, Any]:
 def _baselines(args: "EvaluateArgs", like: Network | None) -> dict[str, AbstractPlayer]:
     """The `--baseline` players, in the order given, once each; the random one is a
     network of `like`'s shape, so it shares the policy's compiled program."""
-    return {name: make_player(name, like=like) for name in dict.fromkeys(args.baseline)}
+    return {name: make_player(name, like=like, search=args.search_config(DEFAULT_BASELINE_SIMULATIONS))
+            for name in dict.fromkeys(args.baseline)}
+
+
+def _search_record(players: dict[str, AbstractPlayer]) -> dict[str, Any]:
+    """The `search` entry of the JSON: each searching player's settings."""
+    return {name: settings for name, player in players.items() if (settings := search_settings(player))}
 
 
 def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policies: list, out) -> int:
@@ -535,8 +707,10 @@ def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policie
     then the `--baseline`s on those games."""
     print(f"{len(table)} members of {args.policy}; {args.episodes} episodes of at most "
           f"{args.max_steps} steps each, seed {args.seed}", file=out, flush=True)
-    reports = [_play(args, make_player(p.network, args.greedy)) for p in policies]
-    baselines = {name: _play(args, player) for name, player in _baselines(args, policies[0].network).items()}
+    players = [args.policy_player(p) for p in policies]
+    reports = [_play(args, player) for player in players]
+    baseline_players = _baselines(args, policies[0].network)
+    baselines = {name: _play(args, player) for name, player in baseline_players.items()}
     groups = group_by_setting(table, reports)
     print(format_members(table, reports, groups), file=out)
     if baselines:
@@ -547,7 +721,9 @@ def _evaluate_members(args: "EvaluateArgs", table: list[dict[str, Any]], policie
             "policy": str(args.policy),
             "episodes": args.episodes, "max_steps": args.max_steps, "seed": args.seed,
             "greedy": args.greedy, "game_version": C.GAME_VERSION,
-            "members": [{**row, "report": report} for row, report in zip(table, reports)],
+            "search": _search_record(baseline_players),
+            "members": [{**row, "report": report, **({"search": search_settings(player)} if args.search else {})}
+                        for row, report, player in zip(table, reports, players)],
             "settings": groups,
             "baselines": baselines,
         }
@@ -579,8 +755,9 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
 
     players: dict[str, AbstractPlayer] = {}
     if policy is not None:
-        players["policy"] = make_player(policy.network, args.greedy)
-        print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out)
+        players["policy"] = args.policy_player(policy)
+        how = " (greedy)" if args.greedy else f" (search, {args.search} simulations)" if args.search else ""
+        print(f"policy: {policy.source}{how}", file=out)
     players.update(_baselines(args, policy.network if policy else None))
     print(f"{args.episodes} episodes of at most {args.max_steps} steps, seed {args.seed}", file=out, flush=True)
 
@@ -592,6 +769,7 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
             "policy": policy.source if policy else None,
             "episodes": args.episodes, "max_steps": args.max_steps, "seed": args.seed,
             "greedy": args.greedy, "game_version": C.GAME_VERSION,
+            "search": _search_record(players),
             "agents": reports,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n")

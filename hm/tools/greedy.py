@@ -91,8 +91,8 @@ def value(state: game.GameState, distance_weight: float = DISTANCE_WEIGHT,
 
 
 def programs_owned(state: game.GameState) -> Float[Array, ""]:
-    """How many programs the player owns (also the learner's `--program-bonus` count)."""
-    return jnp.sum(state.player.owned, dtype=jnp.int32).astype(jnp.float32)
+    """How many programs the player owns (`hm.game.programs_owned`), as a float."""
+    return game.programs_owned(state).astype(jnp.float32)
 
 
 def program_value(state: game.GameState) -> Float[Array, ""]:

@@ -10,22 +10,29 @@ shape), whatever the weights.
   are all zero (so it shares the compiled program of a policy of the same shape).
 * `GreedyPlayer` is the scripted baseline: a one-step reward-greedy player with a small
   heuristic value on top (see its docstring).
+* `SearchPlayer` plans with the exact simulator (`hm.search`): Gumbel MuZero search
+  with a network's prior and value (`NetworkEvaluator`), or, as the planning baseline
+  that needs no training, a uniform prior and the greedy player's heuristic value
+  (`HeuristicEvaluator`).
 * `ProgramRule` wraps another player and bans programs or makes it run one whenever it
   can: the arms of `hm.tools.program_ablation`, which asks whether programs pay.
 """
 
 import abc
+from collections.abc import Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int32, Key
 
-from hm import game
+from hm import game, search
 from hm.game import constants as C
 from hm.tools import greedy
 from hm.tools.policy import act, uniform_network
-from hm.train.network import Network
+from hm.train.envs import HackMatrixEnv
+from hm.train.network import Network, evaluate
 
 
 class AbstractPlayer(eqx.Module):
@@ -89,6 +96,55 @@ class GreedyPlayer(AbstractPlayer):
         trial_key, tie_key = jax.random.split(key)
         score = self.scores(states, mask, trial_key)
         return greedy.best(score, mask, jax.random.uniform(tie_key, mask.shape))
+
+
+class NetworkEvaluator(search.AbstractEvaluator):
+    """A trained actor-critic as the search's prior (its logits) and value (its critic)."""
+
+    network: Network
+    precision: str = eqx.field(static=True, default="f32")
+
+    def __call__(self, states, obs):
+        del states
+        return evaluate(self.network, obs, self.precision)
+
+
+class HeuristicEvaluator(search.AbstractEvaluator):
+    """The planning baseline's evaluator: a uniform prior and the greedy player's
+    heuristic value (`hm.tools.greedy.value`), so search needs no training."""
+
+    def __call__(self, states, obs):
+        logits = jnp.zeros((obs.shape[0], C.NUM_ACTIONS), jnp.float32)
+        return logits, jax.vmap(greedy.value)(states)
+
+
+def reward_of_config(config: Mapping[str, Any] | None) -> search.SearchReward:
+    """The reward a policy's critic was trained on, from its training config (reward
+    weights and program bonus; a field left unset, or no config at all, is the game
+    env's default, as the trainer applies it)."""
+    config = config or {}
+    weights = config.get("reward_weights")
+    weights = HackMatrixEnv.default_reward_weights if weights is None else weights
+    bonus = config.get("program_bonus")
+    bonus = HackMatrixEnv.default_program_bonus if bonus is None else bonus
+    return search.SearchReward({name: float(weight) for name, weight in weights}, float(bonus))
+
+
+class SearchPlayer(AbstractPlayer):
+    """Plays the action that Gumbel MuZero search over the real game chooses
+    (`hm.search`); the key it is given is the search's own."""
+
+    evaluator: search.AbstractEvaluator
+    reward: search.SearchReward
+    search: search.Search
+
+    def plan(self, states: game.GameState, key: Key[Array, ""]) -> search.SearchOutput:
+        """The whole search output (visits, Q-values, prior) of each game."""
+        return self.search(self.evaluator, self.reward, states, key)
+
+    def choose(self, states, obs, mask, key):
+        del obs, mask   # the search masks illegal actions itself
+        return self.plan(states, key).action
 
 
 PROGRAM_RULES = ("ban", "eager")

@@ -48,6 +48,9 @@ class Policy:
     architecture: Architecture
     source: str
     member: str | None = None   # the member's name, for a policy taken from a population
+    # the run's training config (`TrainConfig` fields as saved), or None where not saved;
+    # a search player reads the reward the critic was trained on from it
+    config: dict[str, Any] | None = None
 
 
 class _Params(eqx.Module):
@@ -112,6 +115,15 @@ def _refuse(path: Path, reasons: list[str]) -> PolicyError:
     return PolicyError(f"{path}: does not fit this game: " + "; ".join(reasons))
 
 
+def _member_config(config: dict[str, Any] | None, table: list[dict[str, Any]], member: str | None
+                   ) -> dict[str, Any] | None:
+    """A run's training config with a population member's own swept values in place."""
+    if not config:
+        return None
+    hyper = next((row.get("hyper", {}) for row in table if row.get("name") == member), {})
+    return {**config, **hyper}
+
+
 def _load_exported(run_dir: Path) -> Policy:
     """The `policy.eqx` + `policy.json` pair in `run_dir`."""
     meta_path, params_path = run_dir / checkpoint.POLICY_META, run_dir / checkpoint.POLICY_PARAMS
@@ -136,7 +148,8 @@ def _load_exported(run_dir: Path) -> Policy:
     member = description.get("member")
     if member is not None and len(description.get("members", [])) > 1:
         source += f", member {member}"
-    return Policy(network=network, architecture=stored, source=source, member=member)
+    return Policy(network=network, architecture=stored, source=source, member=member,
+                  config=_member_config(description.get("config"), description.get("members", []), member))
 
 
 def _load_checkpoint(path: Path, member: int | str | None = None) -> Policy:
@@ -174,7 +187,8 @@ def _load_checkpoint(path: Path, member: int | str | None = None) -> Policy:
     source = _provenance(path, meta.run_name, meta.update, meta.env_steps)
     if count > 1:
         source += f", member {index} ({name})"
-    return Policy(network=network, architecture=stored, source=source, member=name)
+    return Policy(network=network, architecture=stored, source=source, member=name,
+                  config=_member_config(meta.config, meta.members, name))
 
 
 def load(path: str | Path, member: int | str | None = None) -> Policy:

@@ -6,6 +6,11 @@ terms. On a terminal the screen is redrawn in place every `--delay` seconds; pip
 the steps follow one another as a log. The game is stepped by the same compiled
 `step` as `bin/play`; the agent's choice is one more small compiled program.
 
+`--search N` makes the agent plan each move with N simulations of Gumbel MuZero search
+over the real game (`hm.search`, docs/search.md); each step then also shows, for the
+actions the search tried, their visit counts and Q-values beside the policy's
+probabilities, and the search's value beside the critic's.
+
 `--html PATH` and `--gif PATH` also record what is shown, step by step, as a replay
 (`hm.viz`): a self-contained page with the board drawn as a picture and, per step, the
 action, the likeliest actions, the value and the reward terms; or an animated GIF.
@@ -25,8 +30,10 @@ from jaxtyping import Array, Bool, Float, Int32, Key
 
 from hm import game, viz
 from hm.command import Command, check_float, check_int, check_output_file, check_positive, check_seed, use_compile_cache
-from hm.tools.evaluate import DEFAULT_MAX_STEPS
+from hm.search import Search
+from hm.tools.evaluate import DEFAULT_MAX_STEPS, search_player
 from hm.tools.play import action_name, advance, new_game, nonzero_terms, outcome, reward_line
+from hm.tools.players import SearchPlayer
 from hm.tools.policy import PolicyError, act, load
 from hm.train.network import Network
 
@@ -43,6 +50,30 @@ def choose(network: Network, state: game.GameState, key: Key[Array, ""], greedy:
     mask = game.legal_actions(state)[None]
     action, probs, value = act(network, obs, mask, jax.random.uniform(key, (1,)), greedy)
     return action[0], probs[0], value[0]
+
+
+@eqx.filter_jit
+def choose_by_search(player: SearchPlayer, state: game.GameState, key: Key[Array, ""]
+                     ) -> tuple[Int32[Array, ""], Float[Array, " actions"], Float[Array, ""],
+                                Int32[Array, " actions"], Float[Array, " actions"], Float[Array, ""]]:
+    """The search's action in `state`, the policy's probabilities and the critic's value,
+    then the search's visit counts, Q-values and value."""
+    batch = jax.tree.map(lambda x: x[None], state)
+    out = player.plan(batch, key)
+    _, critic = player.evaluator(batch, game.observe(state).flat()[None])
+    return out.action[0], out.prior[0], critic[0], out.visit_counts[0], out.qvalues[0], out.value[0]
+
+
+def search_rows(visits: np.ndarray, qvalues: np.ndarray, probs: np.ndarray) -> tuple[tuple[str, int, float, float], ...]:
+    """The actions the search visited, most visited first: (name, visits, Q, policy p)."""
+    order = [int(a) for a in np.argsort(-visits, kind="stable") if visits[a] > 0]
+    return tuple((action_name(a), int(visits[a]), float(qvalues[a]), float(probs[a])) for a in order)
+
+
+def search_line(rows: tuple[tuple[str, int, float, float], ...], value: float) -> str:
+    """`search: value +1.234 | right 20 Q +1.30 p 0.41, up 8 Q +0.90 p 0.33`."""
+    cells = ", ".join(f"{name} {visits} Q {q:+.3f} p {p:.3f}" for name, visits, q, p in rows)
+    return f"search: value {value:+.3f} | {cells}"
 
 
 def ranked_actions(probs: np.ndarray) -> list[int]:
@@ -69,12 +100,14 @@ def replay_choices(action: int, probs: np.ndarray) -> tuple[tuple[str, float], .
 
 
 def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps: int, delay: float,
-          out: io.TextIOBase, redraw: bool, record: list[viz.Step] | None = None) -> list[float]:
+          out: io.TextIOBase, redraw: bool, record: list[viz.Step] | None = None,
+          searcher: SearchPlayer | None = None) -> list[float]:
     """Play and show `episodes` games; returns their returns.
 
     Args:
         redraw: clear the screen before each board (a terminal), instead of logging.
         record: if given, every step shown is appended to it (for `hm.viz` replays).
+        searcher: if given, it chooses each move by search (`network` is then unused).
     """
     returns = []
     key = jax.random.key(seed)
@@ -90,9 +123,17 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
                   file=out)
             print(game.render(state, legend=episode == 1 and steps == 0), file=out)
             choose_key, step_key = jax.random.split(jax.random.fold_in(play_key, steps))
-            action, probs, value = jax.device_get(choose(network, state, choose_key, greedy_flag))
+            rows: tuple[tuple[str, int, float, float], ...] = ()
+            if searcher is None:
+                action, probs, value = jax.device_get(choose(network, state, choose_key, greedy_flag))
+            else:
+                action, probs, value, visits, qvalues, searched = jax.device_get(
+                    choose_by_search(searcher, state, choose_key))
+                rows = search_rows(np.asarray(visits), np.asarray(qvalues), np.asarray(probs))
             action, probs, value = int(action), np.asarray(probs), float(value)
             print(choice_line(action, probs, value), file=out)
+            if searcher is not None:
+                print(search_line(rows, float(searched)), file=out)
             before = state
             state, _, reward, done, info = advance(state, action, step_key)
             total += reward
@@ -101,7 +142,8 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
                 record.append(viz.Step(
                     state=jax.device_get(before), episode=episode, index=steps, action=action,
                     action_name=action_name(action), choices=replay_choices(action, probs), value=value,
-                    reward=reward, reward_terms=nonzero_terms(info["reward_terms"])))
+                    reward=reward, reward_terms=nonzero_terms(info["reward_terms"]), search=rows,
+                    search_value=float(searched) if searcher is not None else None))
             steps += 1
             if delay > 0:
                 time.sleep(delay)
@@ -133,6 +175,8 @@ class WatchArgs(Command):
     gif: Path | None = None  # Also write the games as an animated GIF.
     fps: float = 4.0  # Playback speed of --html and --gif, in steps per second (> 0).
     member: str | None = None  # A population's member, by index or name; default: the best by recent return.
+    search: int = 0  # Plan each move with N simulations of search over the real game and show its visits and Q-values; 0: the policy alone.
+    search_q_span: float = Search.q_span  # Search: the least span of Q-values the normalisation stretches to [0, 1] (> 0).
 
     def configure(self) -> None:
         self.add_argument("policy", metavar="RUN_OR_POLICY")
@@ -145,6 +189,10 @@ class WatchArgs(Command):
         check_seed(self, self.seed)
         check_int(self, "--max-steps", self.max_steps, 1)
         check_positive(self, "--fps", self.fps)
+        check_int(self, "--search", self.search, 0)
+        check_positive(self, "--search-q-span", self.search_q_span)
+        if self.search and self.greedy:
+            self.error("give --search or --greedy, not both: the search chooses the move")
         for flag, path in (("--html", self.html), ("--gif", self.gif)):
             if path is not None:
                 check_output_file(self, flag, path)
@@ -160,14 +208,18 @@ def main(argv: Sequence[str] | None = None, stdout: io.TextIOBase | None = None)
     except PolicyError as error:
         parser.error(f"{'--member' if args.member is not None else 'RUN_OR_POLICY'}: {error}")
     use_compile_cache()
-    print(f"policy: {policy.source}{' (greedy)' if args.greedy else ''}", file=out, flush=True)
+    how = " (greedy)" if args.greedy else f" (search, {args.search} simulations)" if args.search else ""
+    print(f"policy: {policy.source}{how}", file=out, flush=True)
     record = [] if args.html is not None or args.gif is not None else None
+    searcher = (search_player(policy, Search(num_simulations=args.search, q_span=args.search_q_span))
+                if args.search else None)
     returns = watch(policy.network, episodes=args.episodes, seed=args.seed, greedy=args.greedy,
-                    max_steps=args.max_steps, delay=args.delay, out=out, redraw=out.isatty(), record=record)
+                    max_steps=args.max_steps, delay=args.delay, out=out, redraw=out.isatty(), record=record,
+                    searcher=searcher)
     if len(returns) > 1:
         print(f"{len(returns)} episodes: mean return {np.mean(returns):+.3f}", file=out)
     if args.html is not None:
-        title = f"bin/watch {policy.source}{', greedy' if args.greedy else ''}, seed {args.seed}"
+        title = f"bin/watch {policy.source}{how.replace(' (', ', ').rstrip(')')}, seed {args.seed}"
         viz.write_html(args.html, record, title=title, fps=args.fps)
         print(f"wrote {args.html} ({len(record)} frames)", file=out)
     if args.gif is not None:

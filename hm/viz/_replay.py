@@ -48,6 +48,9 @@ class Step:
         reward: the reward the action earned.
         reward_terms: the reward's nonzero terms by name (docs/rules.md#reward-terms).
         note: free text shown with the step, e.g. how the episode ended.
+        search: when a search chose the action (`bin/watch --search`), the actions it
+            visited as (name, visits, Q-value, the policy's probability), most visited first.
+        search_value: the search's value of `state`, when a search chose.
     """
 
     state: GameState
@@ -60,6 +63,8 @@ class Step:
     reward: float | None = None
     reward_terms: Mapping[str, float] = dataclasses.field(default_factory=dict)
     note: str = ""
+    search: tuple[tuple[str, int, float, float], ...] = ()
+    search_value: float | None = None
 
 
 def _finite(x: float | None) -> float | None:
@@ -81,6 +86,8 @@ def step_facts(step: Step, episode_return: float) -> dict[str, Any]:
         "reward_terms": [[name, _finite(v)] for name, v in step.reward_terms.items()],
         "return": _finite(episode_return),
         "note": step.note,
+        "search": [[name, int(visits), _finite(q), _finite(p)] for name, visits, q, p in step.search],
+        "search_value": _finite(step.search_value),
     }
 
 
@@ -220,6 +227,7 @@ _PAGE = """<!DOCTYPE html>
   .bar .fill { background: #5c9cff; height: 100%; }
   .bar.taken .fill { background: #5ceb78; }
   .bar.taken { font-weight: 600; }
+  tr.taken { font-weight: 600; color: #5ceb78; }
   .num { text-align: right; font-variant-numeric: tabular-nums; }
   table { border-collapse: collapse; width: 100%; }
   td { padding: 1px 0; font-variant-numeric: tabular-nums; }
@@ -253,6 +261,8 @@ _PAGE = """<!DOCTYPE html>
       <div class="note" id="note"></div></div>
     <div class="card" id="choices-card"><div class="label">the policy's likeliest actions</div>
       <div id="choices"></div></div>
+    <div class="card" id="search-card"><div class="label">the search: visits, Q-value, policy p</div>
+      <table id="search"></table><div class="where" id="search-value"></div></div>
     <div class="card" id="value-card"><div class="label">value estimate</div><div class="big" id="value"></div></div>
     <div class="card"><div class="label">reward</div><div class="big" id="reward"></div>
       <table id="terms"></table>
@@ -302,6 +312,16 @@ function show(i) {
     row.append(track, el("span", "num", p === null ? "?" : p.toFixed(3)));
     choices.append(row);
   }
+  const search = $("search");
+  search.replaceChildren();
+  $("search-card").style.display = s.search.length ? "" : "none";
+  for (const [name, visits, q, p] of s.search) {
+    const tr = el("tr", name === s.action_name ? "taken" : "");
+    tr.append(el("td", "", name), el("td", "num", String(visits)),
+              el("td", "num", q === null ? "?" : signed(q, 3)), el("td", "num", p === null ? "?" : p.toFixed(3)));
+    search.append(tr);
+  }
+  $("search-value").textContent = s.search_value === null ? "" : "search value " + signed(s.search_value, 3);
   $("value-card").style.display = s.value === null ? "none" : "";
   $("value").textContent = s.value === null ? "" : signed(s.value, 3);
   const reward = $("reward");

@@ -26,7 +26,7 @@ MAX_STEPS = 64
 WAIT = C.PROGRAM_ACTION_OFFSET + C.WAIT
 UP, DOWN, RIGHT = 0, 1, 3
 
-TOP_KEYS = {"schema_version", "policy", "episodes", "max_steps", "seed", "greedy", "game_version", "agents"}
+TOP_KEYS = {"schema_version", "policy", "episodes", "max_steps", "seed", "greedy", "game_version", "search", "agents"}
 AGENT_KEYS = {
     "episodes", "return_mean", "return_std", "return_median", "return_min", "return_max", "length_mean",
     "win_rate", "death_rate", "truncation_rate", "highest_stage", "highest_stage_mean", "stage_completions",
@@ -232,8 +232,8 @@ def document(tmp_path_factory) -> dict:
 
 
 def test_json_schema_is_pinned(document):
-    assert set(document) == TOP_KEYS and document["schema_version"] == evaluate.SCHEMA_VERSION == 3
-    assert list(document["agents"]) == ["random", "greedy"]
+    assert set(document) == TOP_KEYS and document["schema_version"] == evaluate.SCHEMA_VERSION == 4
+    assert list(document["agents"]) == ["random", "greedy"] and document["search"] == {}
     for report in document["agents"].values():
         assert set(report) == AGENT_KEYS
         assert list(report["highest_stage"]) == STAGES + ["won"]
@@ -327,3 +327,29 @@ def test_unknown_players_are_refused():
         evaluate.evaluate("random", num_episodes=0)
     with pytest.raises(ValueError, match="precision must be one of .'f32', 'bf16'.; got 'f16'"):
         evaluate.make_player(policy.uniform_network(), precision="f16")
+
+
+class FirstLegal(players.AbstractPlayer):
+    """A deterministic player: the lowest-numbered legal action."""
+
+    def choose(self, states, obs, mask, key):
+        return jnp.argmax(mask, axis=-1).astype(jnp.int32)
+
+
+def test_the_work_queue_plays_every_game_whatever_the_number_of_slots():
+    """Game g's randomness depends on g and its step alone, so a deterministic player's
+    games come out the same with 2 slots or 3, in game order, each one played once."""
+    reset_keys = jax.random.split(jax.random.key(0), 5)
+    key = jax.random.key(1)
+    runs = [jax.device_get(evaluate.run_queue(FirstLegal(), reset_keys, key, 20, slots)) for slots in (2, 3)]
+    for a, b in zip(jax.tree.leaves(runs[0]), jax.tree.leaves(runs[1])):
+        np.testing.assert_array_equal(a, b)
+    played = runs[0]
+    assert np.all(played.length >= 1) and np.all(played.length <= 20)
+    np.testing.assert_array_equal(played.ended | (played.length == 20), True)
+    # the games are those side by side play starts from: after one move (the lowest
+    # legal action is a move, which takes no block) each board's blocks are its start's
+    one_move = jax.device_get(evaluate.run_queue(FirstLegal(), reset_keys, key, 1, 2))
+    np.testing.assert_array_equal(one_move.length, 1)
+    starts = jax.device_get(evaluate._start_all(reset_keys))
+    np.testing.assert_array_equal(one_move.state.board.block_points, starts.state.board.block_points)

@@ -237,6 +237,29 @@ def test_evaluate_fresh_policy_against_baseline(fresh_run, tmp_path):
     assert "policy: " in stdout.getvalue() and "(greedy)" in stdout.getvalue()
 
 
+def test_evaluate_plans_with_search_and_records_its_settings(fresh_run, tmp_path):
+    out = tmp_path / "report.json"
+    argv = [str(fresh_run), "--search", "2", "--search-q-span", "0.5", "--baseline", "search",
+            "--episodes", str(EPISODES), "--max-steps", "3", "--json", str(out)]
+    stdout = io.StringIO()
+    assert evaluate.main(argv, stdout=stdout) == 0
+    document = json.loads(out.read_text())
+    assert list(document["agents"]) == ["policy", "search"]
+    for report in document["agents"].values():
+        check_report(report, 3)
+    settings = document["search"]
+    assert set(settings) == {"policy", "search"}
+    assert settings["policy"]["num_simulations"] == settings["search"]["num_simulations"] == 2
+    assert settings["policy"]["q_span"] == 0.5
+    # the policy's saved config is empty: its reward is the trainer's default (no distance
+    # term, the game env's program bonus); the baseline plans on the game's own reward
+    assert settings["policy"]["reward"]["term_weights"]["distance"] == 0.0
+    assert settings["policy"]["reward"]["program_bonus"] > 0
+    assert settings["search"]["reward"] == {"term_weights": {name: 1.0 for name in C.REWARD_TERMS},
+                                            "program_bonus": 0.0}
+    assert "(search, 2 simulations)" in stdout.getvalue()
+
+
 # --- watch -------------------------------------------------------------------------------
 
 
@@ -247,6 +270,23 @@ def test_watch_fresh_policy(fresh_run):
     assert text.count("agent: ") <= 6 and "(p " in text and "value " in text
     assert "episode 2/2 over after" in text and "reward " in text
     assert "\x1b" not in text                       # not a terminal: a log, no redraws
+
+
+def test_watch_with_search_shows_visits_and_q_values(fresh_run, tmp_path):
+    out = io.StringIO()
+    html = tmp_path / "replay.html"
+    argv = [str(fresh_run), "--delay", "0", "--max-steps", "2", "--search", "2", "--html", str(html)]
+    assert watch.main(argv, stdout=out) == 0
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("search: value ")]
+    assert len(lines) == 2
+    # two simulations: the visits shown add up to 2, each with its Q-value and policy p
+    counts = [int(cell.split()[1]) for cell in lines[0].split("| ")[1].split(", ")]
+    assert sum(counts) == 2 and " Q " in lines[0] and " p " in lines[0]
+    page = html.read_text()
+    data = json.loads(page.split('id="replay-data">')[1].split("</script>")[0])
+    searched = [step for step in data["steps"] if step["action"] is not None]
+    assert searched and all(sum(row[1] for row in step["search"]) == 2 for step in searched)
+    assert all(step["search_value"] is not None for step in searched)
 
 
 def test_choice_line_names_action_probability_and_runners_up():

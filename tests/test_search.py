@@ -1,0 +1,222 @@
+"""`hm.search`: Gumbel MuZero search over the real game.
+
+Built scenarios check what a planner must do (take a one-step win, avoid a one-step
+death, even against its prior); the rest check the contract: legal actions only, the
+prior with one simulation, the end of a game in the tree, determinism, one compilation
+per setting, and the reward. Every search here is 8 games of one `Search` setting or
+two, so the suite compiles the search few times.
+"""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hm import game, search
+from hm.game import constants as C
+
+GAMES = 8
+SEARCH = search.Search(num_simulations=8, gumbel_scale=0.0)
+UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3
+
+
+class FixedEvaluator(search.AbstractEvaluator):
+    """Game i's logits and value are `logits[i]` and `value[i]` at every node of its tree.
+
+    Every search here uses this one evaluator class with `GAMES` games, so the tests
+    share the compiled search of each setting. `traces` counts how often a search was
+    traced (the body runs only while tracing).
+    """
+
+    logits: jax.Array = eqx.field(converter=lambda x: jnp.asarray(x, jnp.float32))   # [GAMES, actions]
+    value: jax.Array = eqx.field(converter=lambda x: jnp.asarray(x, jnp.float32))    # [GAMES]
+    traces: ClassVar[list[int]] = [0]
+
+    def __call__(self, states, obs):
+        FixedEvaluator.traces[0] += 1
+        copies = obs.shape[0] // self.logits.shape[0]   # `root_searches` copies of the games
+        return jnp.tile(self.logits, (copies, 1)), jnp.tile(self.value, copies)
+
+
+def favouring(action: int, margin: float = 3.0) -> FixedEvaluator:
+    """A prior that prefers `action` by `margin` logits over every other action; value 0."""
+    logits = jnp.zeros((GAMES, C.NUM_ACTIONS), jnp.float32).at[:, action].set(margin)
+    return FixedEvaluator(logits=logits, value=jnp.zeros(GAMES, jnp.float32))
+
+
+def batch(state: game.GameState, n: int = GAMES) -> game.GameState:
+    return jax.tree.map(lambda x: jnp.stack([x] * n), state)
+
+
+@jax.jit
+@jax.vmap
+def _played(key):
+    state, _ = game.reset(key)
+
+    def move(state, key):
+        mask = game.legal_actions(state)
+        action = jax.random.categorical(key, jnp.where(mask, 0.0, -jnp.inf)).astype(jnp.int32)
+        after, _, _, done, _ = game.step(state, action, key)
+        return jax.tree.map(lambda a, b: jnp.where(done, b, a), after, state), None
+
+    return jax.lax.scan(move, state, jax.random.split(key, 12))[0]
+
+
+def played_states(seed: int = 0) -> game.GameState:
+    """`GAMES` games after up to 12 random legal moves each (a move that would end a
+    game is not taken, so every game is still running)."""
+    return _played(jax.random.split(jax.random.key(seed), GAMES))
+
+
+_step = jax.jit(jax.vmap(game.step))
+_legal = jax.jit(jax.vmap(game.legal_actions))
+
+
+# A stage-8 board with the exit one step to the right: that step wins the game.
+WIN = game.from_dict({"player": {"row": 5, "col": 4}, "stage": 8, "exit": [5, 5]})
+# One hp left and a virus next to the player: stepping up lets it strike (death, always);
+# attacking it (right) survives (checked below against the game itself).
+DEATH = game.from_dict({"player": {"row": 0, "col": 0, "hp": 1}, "enemies": [{"type": "virus", "row": 0, "col": 1}]})
+
+
+def test_the_scenarios_are_what_they_claim():
+    keys = jax.random.split(jax.random.key(0), GAMES)
+    _, _, _, _, info = _step(batch(WIN), jnp.full(GAMES, RIGHT), keys)
+    assert np.all(info["won"])
+    _, _, _, _, info = _step(batch(DEATH), jnp.full(GAMES, UP), keys)
+    assert np.all(info["died"])
+    _, _, _, _, info = _step(batch(DEATH), jnp.full(GAMES, RIGHT), keys)
+    assert not np.any(info["died"])
+    assert set(np.nonzero(np.asarray(game.legal_actions(DEATH)))[0]) == {UP, RIGHT}
+
+
+def test_takes_a_one_step_win_against_its_prior():
+    out = search.plan(favouring(DOWN), batch(WIN), jax.random.key(1), SEARCH)
+    np.testing.assert_array_equal(out.action, RIGHT)
+    assert np.all(out.qvalues[:, RIGHT] > 500)
+
+
+def test_avoids_a_one_step_death_against_its_prior():
+    out = search.plan(favouring(UP), batch(DEATH), jax.random.key(2), SEARCH)
+    np.testing.assert_array_equal(out.action, RIGHT)
+    # the deadly edge: the death's reward, then nothing (terminal: value 0, discount 0)
+    visited = out.visit_counts[:, UP] > 0
+    assert np.all(visited)
+    assert np.all(np.asarray(out.qvalues)[:, UP] < -1.0)
+
+
+def test_never_picks_an_illegal_action():
+    states = played_states()
+    mask = np.asarray(_legal(states))
+    # a prior that puts its weight on the actions illegal at the root
+    evaluator = FixedEvaluator(logits=jnp.where(jnp.asarray(mask), -5.0, 5.0), value=jnp.zeros(GAMES))
+    for seed in range(3):
+        out = search.plan(evaluator, states, jax.random.key(seed), SEARCH)
+        live = mask.any(axis=1)
+        assert np.all(mask[np.arange(GAMES), np.asarray(out.action)][live])
+        assert np.all(np.asarray(out.visit_counts)[~mask] == 0)
+        assert np.all(np.asarray(out.policy)[~mask] < 1e-6)
+
+
+def test_one_simulation_follows_the_prior():
+    states = played_states(seed=1)
+    mask = np.asarray(_legal(states))
+    logits = jax.random.normal(jax.random.key(3), (GAMES, C.NUM_ACTIONS))
+    evaluator = FixedEvaluator(logits=logits, value=jnp.zeros(GAMES))
+    out = search.plan(evaluator, states, jax.random.key(4), search.Search(num_simulations=1, gumbel_scale=0.0))
+    expected = np.argmax(np.where(mask, np.asarray(logits), -np.inf), axis=1)
+    live = mask.any(axis=1)
+    np.testing.assert_array_equal(np.asarray(out.action)[live], expected[live])
+    np.testing.assert_allclose(np.asarray(out.prior).sum(axis=1)[live], 1.0, rtol=1e-5)
+
+
+def test_a_node_below_the_end_of_a_game_pays_nothing_and_has_no_future():
+    node = jax.vmap(search.Node)(batch(WIN, 2), jnp.array([False, True]))
+    evaluator = FixedEvaluator(logits=jnp.zeros((2, C.NUM_ACTIONS)), value=jnp.full(2, 1000.0))
+    params = (evaluator, search.SearchReward(), 0.99, 0.0)
+    output, child = jax.jit(search._recurrent_fn)(params, jax.random.key(0), jnp.array([RIGHT, RIGHT]), node)
+    # game 0 wins on this edge: the victory's reward, then value 0 and discount 0
+    assert float(output.reward[0]) > 500 and float(output.discount[0]) == 0 and float(output.value[0]) == 0
+    assert bool(child.ended[0]) and bool(child.state.won[0])
+    # game 1 had already ended: nothing is paid and its state does not change
+    assert float(output.reward[1]) == 0 and float(output.discount[1]) == 0 and float(output.value[1]) == 0
+    for new, old in zip(jax.tree.leaves(child.state), jax.tree.leaves(node.state)):
+        np.testing.assert_array_equal(np.asarray(new)[1], np.asarray(old)[1])
+
+
+def test_is_deterministic_for_a_key_and_random_across_keys():
+    states = played_states(seed=2)
+    evaluator = favouring(RIGHT, margin=0.5)
+    a = search.plan(evaluator, states, jax.random.key(5), SEARCH)
+    b = search.plan(evaluator, states, jax.random.key(5), SEARCH)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # the enemy phases the tree samples come from the key
+    others = [search.plan(evaluator, states, jax.random.key(k), SEARCH).qvalues for k in range(6, 10)]
+    assert any(not np.array_equal(np.asarray(a.qvalues), np.asarray(o)) for o in others)
+
+
+def test_compiles_once_per_setting():
+    states = played_states(seed=3)
+    search.plan(favouring(RIGHT), states, jax.random.key(0), SEARCH)
+    traced = FixedEvaluator.traces[0]
+    for seed in range(1, 4):   # new keys, new weights, new games: no new program
+        logits = jax.random.normal(jax.random.key(seed), (GAMES, C.NUM_ACTIONS))
+        search.plan(FixedEvaluator(logits=logits, value=jnp.full(GAMES, float(seed))),
+                    played_states(seed=seed), jax.random.key(seed), SEARCH)
+    assert FixedEvaluator.traces[0] == traced
+
+
+def test_root_searches_merge_into_one_legal_choice():
+    states = played_states(seed=4)
+    mask = np.asarray(_legal(states))
+    out = search.plan(favouring(RIGHT, margin=0.5), states, jax.random.key(0),
+                      search.Search(num_simulations=8, root_searches=2))
+    live = mask.any(axis=1)
+    assert np.all(mask[np.arange(GAMES), np.asarray(out.action)][live])
+    # two searches of 8 simulations each: 16 visits at every live root
+    np.testing.assert_array_equal(np.asarray(out.visit_counts).sum(axis=1)[live], 16)
+    np.testing.assert_allclose(np.asarray(out.policy).sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_the_default_reward_is_the_games_and_weights_and_bonus_apply():
+    states = played_states(seed=5)
+    actions = jnp.argmax(_legal(states), axis=1).astype(jnp.int32)
+    keys = jax.random.split(jax.random.key(0), GAMES)
+    after, _, reward, _, info = _step(states, actions, keys)
+    terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS], axis=1).astype(jnp.float32)
+    own = search.SearchReward()
+    np.testing.assert_array_equal(jax.vmap(own)(states, after, reward, terms), reward)
+    no_distance = search.SearchReward({"distance": 0.0})
+    np.testing.assert_allclose(jax.vmap(no_distance)(states, after, reward, terms),
+                               reward - info["reward_terms"]["distance"], atol=1e-5)
+    # a program bonus pays B for each program that comes to be owned
+    bare = game.from_dict({"player": {"row": 0, "col": 0}})
+    owning = game.from_dict({"player": {"row": 0, "col": 0}, "ownedPrograms": [5, 6]})
+    paid = search.SearchReward(program_bonus=3.0)(bare, owning, jnp.float32(0.0), jnp.zeros(len(C.REWARD_TERMS)))
+    assert float(paid) == 6.0
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_simulations", 0, "Search.num_simulations must be at least 1"),
+    ("q_span", 0.0, "Search.q_span must be above 0"),
+    ("root_searches", 0, "Search.root_searches must be at least 1"),
+    ("discount", 1.5, "Search.discount must be in [0, 1]"),
+])
+def test_bad_settings_are_refused_naming_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        search.Search(**{field: value})
+
+
+def test_unknown_reward_terms_are_refused():
+    with pytest.raises(ValueError, match="unknown reward terms \\['distnace'\\]"):
+        search.SearchReward({"distnace": 0.0})
+
+
+def test_a_search_state_is_one_game_state():
+    state = jax.tree.map(lambda x: x[0], played_states())
+    assert search.state_bytes(state) == sum(np.asarray(x).nbytes for x in jax.tree.leaves(state))
+    assert 5_000 < search.state_bytes(state) < 20_000

@@ -34,11 +34,13 @@ What the tree does (docs/search.md has the reasons and the measurements):
   divides by (mctx's `epsilon`, 1e-8 there): with a span in reward units, differences
   smaller than it move the choice only in proportion, instead of being stretched to the
   whole scale.
-* A node's value is the evaluator's less `distance_weight` per cell of exit distance: a
-  trained critic's value hardly changes from one cell to the next on a quiet board, and
-  without this pull a search that had kept the player alive often went round in circles
-  instead of leaving the stage. A function of the state, not a reward, so no loop of
-  moves can farm it.
+* A node still running adds to the evaluator's value `distance_weight` per cell it
+  stands closer to the exit than the root does (less, per cell farther): a trained
+  critic's value hardly changes from one cell to the next on a quiet board, and without
+  this pull a search that kept the player alive often went round in circles instead of
+  leaving the stage. It is a function of the state, not a reward, so no loop of moves
+  can farm it; measured from the root's distance, it is 0 where the player stands, so an
+  ended game (value 0) is not made to look better than standing still.
 * `root_searches` K > 1 runs K independent searches of the same root (K × the
   simulations) and plays the likeliest action of their mean improved policy: a second
   way to average over the enemy phase's randomness.
@@ -107,10 +109,12 @@ class SearchReward(eqx.Module):
 
 
 class Node(eqx.Module):
-    """What the tree stores per node (batched): the game and whether it has ended."""
+    """What the tree stores per node (batched): the game, whether it has ended, and the
+    root's exit distance (the zero of the distance pull)."""
 
     state: game.GameState
     ended: Bool[Array, ""]
+    root_distance: Float[Array, ""]
 
 
 class SearchOutput(eqx.Module):
@@ -132,7 +136,7 @@ def _step(reward: SearchReward, node: Node, action: Int32[Array, ""], key: PRNGK
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS]).astype(jnp.float32)
     paid = reward(node.state, after, jnp.asarray(game_reward, jnp.float32), terms)
     after = jax.tree.map(lambda new, old: jnp.where(node.ended, old, new), after, node.state)
-    child = Node(state=after, ended=node.ended | done)
+    child = Node(state=after, ended=node.ended | done, root_distance=node.root_distance)
     return child, obs.flat(), jnp.where(node.ended, 0.0, paid), game.legal_actions(after)
 
 
@@ -146,7 +150,7 @@ def _recurrent_fn(params: tuple[AbstractEvaluator, SearchReward, float | Float[A
     keys = jax.random.split(rng_key, action.shape[0])
     child, obs, paid, mask = jax.vmap(functools.partial(_step, reward))(node, action, keys)
     logits, value = evaluator(child.state, obs)
-    value = value - distance_weight * jax.vmap(_exit_distance)(child.state)
+    value = value + distance_weight * (child.root_distance - jax.vmap(_exit_distance)(child.state))
     output = mctx.RecurrentFnOutput(
         reward=paid,
         discount=jnp.where(child.ended, 0.0, discount).astype(jnp.float32),
@@ -169,7 +173,7 @@ class Search(eqx.Module):
     value_scale: float = eqx.field(static=True, default=0.1)    # mctx's σ scale
     maxvisit_init: float = eqx.field(static=True, default=50.0)
     root_searches: int = eqx.field(static=True, default=1)
-    # the value of a node still running loses this per cell of exit distance
+    # a node still running gains this per cell it stands closer to the exit than the root
     distance_weight: float = eqx.field(static=True, default=DEFAULT_DISTANCE_WEIGHT)
 
     def __check_init__(self):
@@ -202,11 +206,10 @@ class Search(eqx.Module):
         obs = jax.vmap(lambda s: game.observe(s).flat())(states)
         mask = jax.vmap(game.legal_actions)(states)
         logits, value = evaluator(states, obs)
-        value = value - self.distance_weight * jax.vmap(_exit_distance)(states)
         logits = jnp.where(mask, logits, ILLEGAL_LOGIT)
         ended = states.won | (states.player.hp <= 0)
         root = mctx.RootFnOutput(prior_logits=logits, value=jnp.where(ended, 0.0, value),
-                                 embedding=jax.vmap(Node)(states, ended))
+                                 embedding=jax.vmap(Node)(states, ended, jax.vmap(_exit_distance)(states)))
         qtransform = functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=self.value_scale,
                                        maxvisit_init=self.maxvisit_init, epsilon=self.q_span)
         # mctx mixes int32 visit counts with float32 values, which `hm`'s tests (strict

@@ -108,6 +108,16 @@ def test_avoids_a_one_step_death_against_its_prior():
     assert np.all(np.asarray(out.qvalues)[:, UP] < -1.0)
 
 
+def test_on_a_quiet_board_the_distance_pull_heads_for_the_exit():
+    # no enemy, no reward within reach, a prior and a value that say nothing: only the
+    # pull towards the exit (5, 5) tells the moves apart
+    quiet = game.from_dict({"player": {"row": 2, "col": 2}, "exit": [5, 5]})
+    uniform = FixedEvaluator(logits=jnp.zeros((GAMES, C.NUM_ACTIONS)), value=jnp.zeros(GAMES))
+    no_distance_reward = search.SearchReward({"distance": 0.0})
+    out = search.plan(uniform, batch(quiet), jax.random.key(3), SEARCH, no_distance_reward)
+    assert set(np.asarray(out.action).tolist()) <= {UP, RIGHT}
+
+
 def test_never_picks_an_illegal_action():
     states = played_states()
     mask = np.asarray(_legal(states))
@@ -134,7 +144,7 @@ def test_one_simulation_follows_the_prior():
 
 
 def test_a_node_below_the_end_of_a_game_pays_nothing_and_has_no_future():
-    node = jax.vmap(search.Node)(batch(WIN, 2), jnp.array([False, True]))
+    node = jax.vmap(search.Node)(batch(WIN, 2), jnp.array([False, True]), jnp.zeros(2))
     evaluator = FixedEvaluator(logits=jnp.zeros((2, C.NUM_ACTIONS)), value=jnp.full(2, 1000.0))
     params = (evaluator, search.SearchReward(), 0.99, 0.0)
     output, child = jax.jit(search._recurrent_fn)(params, jax.random.key(0), jnp.array([RIGHT, RIGHT]), node)

@@ -9,6 +9,12 @@ a batch of short episodes (a random agent dies within a few hundred steps) does 
 for a thousand steps. There is one compiled program per kind of player
 (`hm.tools.players`): a network of a given shape, or the greedy baseline.
 
+A search player costs a search per move, so it plays the games as a work queue instead
+(`run_queue`): `SEARCH_SLOTS` games at a time, a slot whose game ends taking the next
+game inside the same compiled scan, so that the work is the games' total length rather
+than the longest game's length times every game. The games are the same; their
+randomness is drawn per game and step (see `run_queue`).
+
 Players: the policy, `--baseline random` (uniform over the legal actions; a network
 with all weights zero, so it runs through the policy's program), `--baseline greedy`
 (the scripted `GreedyPlayer`: the legal action with the best immediate reward plus a
@@ -84,7 +90,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -327,7 +333,8 @@ class Results:
 
 
 def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps: int, seed: int,
-                 greedy: bool = False, slots: int | None = None) -> Results:
+                 greedy: bool = False, slots: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> Results:
     """Play `num_episodes` games with `player` for at most `max_steps` steps each.
 
     Args:
@@ -339,6 +346,8 @@ def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps:
         slots: play the games as a work queue, this many at a time (`run_queue`);
             None: a search player's default (`SEARCH_SLOTS`), every other player all
             games side by side.
+        progress: called as `progress(games ended, games)` between compiled calls of a
+            work queue (a search's evaluation takes minutes).
     """
     if isinstance(player, Network):
         player = NetworkPlayer(network=player, greedy=jnp.asarray(greedy))
@@ -348,7 +357,7 @@ def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps:
     reset_key, play_key = jax.random.split(evaluation_key(seed))
     reset_keys = jax.random.split(reset_key, num_episodes)
     if slots is not None and slots < num_episodes:
-        episodes = run_queue(player, reset_keys, play_key, max_steps, slots)
+        episodes = run_queue(player, reset_keys, play_key, max_steps, slots, progress)
     else:
         episodes = _start_all(reset_keys)
         for first_step in range(0, max_steps, CHUNK):
@@ -368,7 +377,7 @@ def run_episodes(player: AbstractPlayer | Network, num_episodes: int, max_steps:
 
 
 def run_queue(player: AbstractPlayer, reset_keys: Key[Array, " n"], key: PRNGKeyArray, max_steps: int,
-              slots: int) -> Episode:
+              slots: int, progress: Callable[[int, int], None] | None = None) -> Episode:
     """Every game of `reset_keys` played to its end (or `max_steps`) as a work queue of
     `slots` games at a time; returns their tallies, in game order.
 
@@ -376,12 +385,16 @@ def run_queue(player: AbstractPlayer, reset_keys: Key[Array, " n"], key: PRNGKey
     length, not the longest game's × all games: what a player that is expensive per move
     (a search) needs. The games are the same as side by side (`reset_keys`); game g's
     randomness depends on g and its step alone, the player's on the move count.
+    `progress(games ended, games)` is called after each compiled call.
     """
+    n = reset_keys.shape[0]
     queue = _start_queue(reset_keys, slots)
     first_step = 0
-    while bool(jnp.any(queue.game < reset_keys.shape[0])):
+    while bool(jnp.any(queue.game < n)):
         queue = _play_queue_chunk(player, queue, reset_keys, key, jnp.int32(first_step), jnp.int32(max_steps))
         first_step += CHUNK
+        if progress is not None:
+            progress(int(queue.next_game) - int(jnp.sum(queue.game < n)), n)
     return queue.finished
 
 
@@ -686,8 +699,12 @@ def format_members(table: list[dict[str, Any]], reports: list[dict[str, Any]],
 
 
 def _play(args: "EvaluateArgs", player: AbstractPlayer) -> dict[str, Any]:
-    """`player`'s report on the games `args` names (`--episodes`, `--max-steps`, `--seed`)."""
-    return summarise(run_episodes(player, args.episodes, args.max_steps, args.seed))
+    """`player`'s report on the games `args` names (`--episodes`, `--max-steps`, `--seed`);
+    a search's progress goes to stderr."""
+    def progress(ended: int, games: int) -> None:
+        print(f"  {ended}/{games} games over", file=sys.stderr, flush=True)
+
+    return summarise(run_episodes(player, args.episodes, args.max_steps, args.seed, progress=progress))
 
 
 def _baselines(args: "EvaluateArgs", like: Network | None) -> dict[str, AbstractPlayer]:

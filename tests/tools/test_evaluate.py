@@ -19,6 +19,7 @@ import pytest
 from hm import game
 from hm.game import constants as C
 from hm.tools import evaluate, greedy, players, policy
+from hm.train.envs import HackMatrixEnv
 from hm.train.network import Network
 
 EPISODES = 8
@@ -341,7 +342,11 @@ def test_the_work_queue_plays_every_game_whatever_the_number_of_slots():
     games come out the same with 2 slots or 3, in game order, each one played once."""
     reset_keys = jax.random.split(jax.random.key(0), 5)
     key = jax.random.key(1)
-    runs = [jax.device_get(evaluate.run_queue(FirstLegal(), reset_keys, key, 20, slots)) for slots in (2, 3)]
+    reports = []
+    runs = [jax.device_get(evaluate.run_queue(FirstLegal(), reset_keys, key, 20, slots,
+                                              lambda ended, games: reports.append((ended, games))))
+            for slots in (2, 3)]
+    assert reports[-1] == (5, 5) and all(0 <= ended <= games == 5 for ended, games in reports)
     for a, b in zip(jax.tree.leaves(runs[0]), jax.tree.leaves(runs[1])):
         np.testing.assert_array_equal(a, b)
     played = runs[0]
@@ -353,3 +358,18 @@ def test_the_work_queue_plays_every_game_whatever_the_number_of_slots():
     np.testing.assert_array_equal(one_move.length, 1)
     starts = jax.device_get(evaluate._start_all(reset_keys))
     np.testing.assert_array_equal(one_move.state.board.block_points, starts.state.board.block_points)
+
+
+def test_a_search_plans_on_the_reward_its_critic_was_trained_on():
+    reward = players.reward_of_config({"reward_weights": [["distance", 0.0], ["kills", 0.5]], "program_bonus": 2.0})
+    weights = dict(zip(C.REWARD_TERMS, np.asarray(reward.term_weights).tolist()))
+    assert weights["distance"] == 0.0 and weights["kills"] == 0.5 and weights["stage"] == 1.0
+    assert float(reward.program_bonus) == 2.0
+    # nothing saved: the trainer's defaults for the game
+    default = players.reward_of_config(None)
+    weights = dict(zip(C.REWARD_TERMS, np.asarray(default.term_weights).tolist()))
+    assert weights == {name: dict(HackMatrixEnv.default_reward_weights).get(name, 1.0) for name in C.REWARD_TERMS}
+    assert float(default.program_bonus) == HackMatrixEnv.default_program_bonus
+    # a population member's own swept value wins over the run's
+    table = [{"name": "program_bonus=1.0,seed=0", "hyper": {"program_bonus": 1.0}}]
+    assert policy._member_config({"program_bonus": 3.0}, table, "program_bonus=1.0,seed=0") == {"program_bonus": 1.0}

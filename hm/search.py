@@ -62,6 +62,7 @@ from jaxtyping import Array, Bool, Float, Int32, PRNGKeyArray
 
 from hm import game
 from hm.game import constants as C
+from hm.game.actions import player_cell
 from hm.game.reward import exit_distance
 
 ILLEGAL_LOGIT = -1e9
@@ -125,6 +126,7 @@ class SearchOutput(eqx.Module):
     visit_counts: Int32[Array, "n actions"]    # root children's visits
     qvalues: Float[Array, "n actions"]         # root children's Q (reward + discount × value); 0 unvisited
     prior: Float[Array, "n actions"]           # the evaluator's policy at the root, 0 on illegal actions
+    prior_value: Float[Array, " n"]            # the evaluator's value of the root, before the search
     value: Float[Array, " n"]                  # the root's value after the search
 
 
@@ -141,7 +143,7 @@ def _step(reward: SearchReward, node: Node, action: Int32[Array, ""], key: PRNGK
 
 
 def _exit_distance(state: game.GameState) -> Float[Array, ""]:
-    return exit_distance(state.board, state.player.row * C.COLS + state.player.col).astype(jnp.float32)
+    return exit_distance(state.board, player_cell(state)).astype(jnp.float32)
 
 
 def _recurrent_fn(params: tuple[AbstractEvaluator, SearchReward, float | Float[Array, ""], float | Float[Array, ""]],
@@ -224,7 +226,7 @@ class Search(eqx.Module):
         prior = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
         result = SearchOutput(action=out.action.astype(jnp.int32), policy=out.action_weights,
                               visit_counts=visits, qvalues=jnp.where(visits > 0, summary.qvalues, 0.0),
-                              prior=prior, value=summary.value)
+                              prior=prior, prior_value=value, value=summary.value)
         if k == 1:
             return result
         return _merge(jax.tree.map(lambda x: x.reshape((k, n) + x.shape[1:]), result), mask[:n])
@@ -239,7 +241,7 @@ def _merge(runs: SearchOutput, mask: Bool[Array, "n actions"]) -> SearchOutput:
     action = jnp.argmax(jnp.where(mask, policy, -1.0), axis=-1).astype(jnp.int32)
     return SearchOutput(action=action, policy=policy, visit_counts=visits,
                         qvalues=jnp.where(visits > 0, weighted / jnp.maximum(visits, 1).astype(jnp.float32), 0.0),
-                        prior=runs.prior[0], value=jnp.mean(runs.value, axis=0))
+                        prior=runs.prior[0], prior_value=runs.prior_value[0], value=jnp.mean(runs.value, axis=0))
 
 
 @eqx.filter_jit

@@ -259,9 +259,11 @@ class Queue(eqx.Module):
 
 @eqx.filter_jit
 def _start_queue(reset_keys: Key[Array, " N"], slots: int) -> Queue:
+    """The first `slots` games started; every game's tally a placeholder until it ends
+    (the other games are generated as slots take them, `_queue_refill`)."""
     n = reset_keys.shape[0]
-    finished = jax.vmap(start)(reset_keys)
-    first = jax.tree.map(lambda x: x[:slots], finished)
+    first = jax.vmap(start)(reset_keys[:slots])
+    finished = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype), first)
     return Queue(slots=first, game=jnp.arange(slots, dtype=jnp.int32), next_game=jnp.int32(min(slots, n)),
                  finished=finished)
 

@@ -58,10 +58,8 @@ def choose_by_search(player: SearchPlayer, state: game.GameState, key: Key[Array
                                 Int32[Array, " actions"], Float[Array, " actions"], Float[Array, ""]]:
     """The search's action in `state`, the policy's probabilities and the critic's value,
     then the search's visit counts, Q-values and value."""
-    batch = jax.tree.map(lambda x: x[None], state)
-    out = player.plan(batch, key)
-    _, critic = player.evaluator(batch, game.observe(state).flat()[None])
-    return out.action[0], out.prior[0], critic[0], out.visit_counts[0], out.qvalues[0], out.value[0]
+    out = player.plan(jax.tree.map(lambda x: x[None], state), key)
+    return out.action[0], out.prior[0], out.prior_value[0], out.visit_counts[0], out.qvalues[0], out.value[0]
 
 
 def search_rows(visits: np.ndarray, qvalues: np.ndarray, probs: np.ndarray) -> tuple[tuple[str, int, float, float], ...]:

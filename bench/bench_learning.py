@@ -19,7 +19,7 @@ taken (the population's wall-clock: the seeds trained together), so configuratio
 compared per env step and per second. The plot shows
 evaluation return and mean highest stage against env steps, one line per seed, with
 the baselines as dashed lines; the summary table (printed at the end) is what
-`docs/learning.md` quotes. `--compare RESULTS --plot FILE` draws every configuration
+`docs/results.md#how-results-are-measured` quotes. `--compare RESULTS --plot FILE` draws every configuration
 of a results file on one figure.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 import jax
 
 from bench import common
-from hm.train.cli import TrainArgs
+from hm.tools.train import TrainArgs
 
 # What a line of the summary (and the plot) shows, from an evaluation report's summary.
 HEADLINE = ("return", "highest_stage", "siphon_share", "program_share", "win_rate")

@@ -33,7 +33,6 @@ from hm.game import constants as C
 from hm.tools.players import NetworkEvaluator
 from hm.train.config import TrainConfig
 from hm.train.distributions import sample_legal
-from hm.train.envs import HackMatrixEnv
 from hm.train.network import Network, evaluate
 
 
@@ -55,7 +54,7 @@ def default_network(key: PRNGKeyArray) -> Network:
     """A network of the trainer's default kind and size (weights from `key`)."""
     config = TrainConfig()
     return Network(C.OBS_FLAT_SIZE, C.NUM_ACTIONS, config.hidden_dim, config.num_layers,
-                   kind=HackMatrixEnv.default_network, critic=config.critic, key=key)
+                   kind=config.network, critic=config.critic, key=key)
 
 
 def searched(evaluator: NetworkEvaluator, settings: search.Search, carry: Carry) -> Carry:
@@ -96,7 +95,7 @@ def main(args: Args) -> list[dict[str, Any]]:
     carries = [Carry(states, search_key, jnp.float32(0.0)) for _ in fns]
     timed = common.time_calls_interleaved(fns, carries, args.repeats)
     config = {"num_games": args.num_games, "num_simulations": args.num_simulations,
-              "network": HackMatrixEnv.default_network}
+              "network": TrainConfig().network}
     steps = args.num_games * args.num_simulations
     results = [common.record(name, config, timing, steps, args.out)
                for name, (timing, _) in zip(("search", "search_parts"), timed)]

@@ -72,9 +72,9 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
     """The fused training call on `env_name` with `network` for a population of
     `num_seeds` (with the teacher on one slot in `teacher_every`, if not 0, and a program
     bonus of `program_bonus`), its first carry and its settings."""
+    from bench.null_env import NullEnv
+    from hm.env import HackMatrix
     from hm.train import (
-        HackMatrixEnv,
-        NullEnv,
         init,
         make_mesh,
         make_train_fn,
@@ -84,17 +84,20 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
     )
     from hm.train.network import flops_per_sample
 
+    # The default config's reward (the game's terms without `distance`; NullEnv's own
+    # reward) with the teacher and the program bonus as asked.
     config = TrainConfig(num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=args.num_envs * args.num_steps * 1000,
                          updates_per_call=args.updates_per_call, precision=args.precision,
                          seed=args.seed, devices=args.devices, network=network, critic=args.critic,
-                         num_seeds=num_seeds, program_bonus=program_bonus)
+                         num_seeds=num_seeds, program_bonus=program_bonus, teacher_coef=0.0,
+                         **({} if env_name == "game" else {"reward_weights": ()}))
     if teacher_every:
         config = dataclasses.replace(config, teacher_coef=1.0, teacher_every=teacher_every,
                                      teacher_steps=config.total_timesteps)
     validate(config, jax.device_count())
     resolved = resolve(config, jax.default_backend(), jax.device_count())
-    env = HackMatrixEnv() if env_name == "game" else NullEnv()
+    env = HackMatrix() if env_name == "game" else NullEnv()
     mesh = make_mesh(resolved.devices)
 
     start = time.perf_counter()

@@ -22,9 +22,12 @@ at a later stage (`hm.game.generation.curriculum_game`, docs/rules.md#curriculum
 with the defaults every episode is an ordinary game from stage 1, bit for bit.
 
 `Environment` holds what any such environment shares (truncation, auto-reset, episode
-counters, the info keys); a subclass gives the rules of one episode. The trainer's
-environments (`hm.train.envs`) run through it too, so there is one vectorised-env
-implementation.
+counters, the info keys); a subclass gives the rules of one episode. The trainer
+(`hm.train`) takes any `Environment` as it is, so there is one vectorised-env
+implementation. Two optional hooks serve a learner: `compact_observation` /
+`expand_observation` (how a rollout buffer may store an observation; the identity by
+default) and `action_metrics` (named statistics of how often each action was taken;
+none by default).
 """
 
 import abc
@@ -37,7 +40,7 @@ from jaxtyping import Array, Bool, Float32, Int32, PRNGKeyArray, PyTree
 
 import hm.game as game
 from hm.game import constants as C
-from hm.game import generation
+from hm.game import generation, observation
 
 Info = dict
 
@@ -183,6 +186,21 @@ class Environment(eqx.Module):
                              episode_length=jnp.where(done, jnp.int32(0), episode_length))
         return obs, new_state, reward, done, info
 
+    def compact_observation(self, obs: Float32[Array, "..."]) -> PyTree:
+        """A compact form of `obs` for a rollout buffer; `expand_observation` inverts it
+        exactly. The identity unless a subclass knows better."""
+        return obs
+
+    def expand_observation(self, compact: PyTree) -> Float32[Array, "..."]:
+        """The observation that `compact_observation` stored, bit for bit."""
+        return compact
+
+    def action_metrics(self, fractions: Float32[Array, " actions"]) -> dict[str, Float32[Array, ""]]:
+        """Named statistics of `fractions`, the share of steps that took each action (a
+        learner logs them as `actions/...`). None unless a subclass names some."""
+        del fractions
+        return {}
+
     def action_mask(self, state: EnvState) -> Bool[Array, " actions"]:
         """Which actions are legal in `state`."""
         return self.game_action_mask(state.game)
@@ -198,7 +216,12 @@ class HackMatrix(Environment):
     `info` of `step`, besides the keys `Environment.step` adds: `reward_terms` (name ->
     float32, the terms of `hm.game.constants.REWARD_TERMS`, summing to the reward), `won`,
     `died`, `illegal` (an illegal action leaves the game as it was, gives reward 0 and
-    terminates the episode) and `stage` (of the stepped game, before any reset).
+    terminates the episode), and, of the stepped game before any reset, `stage` and
+    `programs_owned` (how many programs the player owns, `hm.game.programs_owned`).
+
+    Observations are stored compactly (`compact_observation`: the tail as uint8 multiples
+    of 1/36, `hm.game.observation.pack`), and `action_metrics` names the shares of moves,
+    siphons and programs, and of each program.
     """
 
     num_actions: int = eqx.field(static=True, default=C.NUM_ACTIONS)
@@ -225,6 +248,7 @@ class HackMatrix(Environment):
             "died": game_info["died"],
             "illegal": game_info["illegal"],
             "stage": jnp.asarray(game_state.stage, jnp.int32),
+            "programs_owned": game.programs_owned(game_state),
         }
         return obs.flat(), game_state, jnp.asarray(reward, jnp.float32), terminated, info
 
@@ -233,6 +257,24 @@ class HackMatrix(Environment):
 
     def game_observation(self, game_state: game.GameState) -> Float32[Array, " 1545"]:
         return game.observe(game_state).flat()
+
+    def compact_observation(self, obs: Float32[Array, " 1545"]) -> observation.PackedObservation:
+        return observation.pack(obs)
+
+    def expand_observation(self, compact: observation.PackedObservation) -> Float32[Array, " 1545"]:
+        return observation.unpack(compact)
+
+    def action_metrics(self, fractions: Float32[Array, " 28"]) -> dict[str, Float32[Array, ""]]:
+        """Shares of all steps: `move_frac`, `siphon_frac`, `program_frac`, and
+        `program/<name>` for each program."""
+        out = {
+            "move_frac": jnp.sum(fractions[: C.ACTION_SIPHON]),
+            "siphon_frac": fractions[C.ACTION_SIPHON],
+            "program_frac": jnp.sum(fractions[C.PROGRAM_ACTION_OFFSET:]),
+        }
+        for program, name in enumerate(C.PROGRAM_NAMES):
+            out[f"program/{name}"] = fractions[C.PROGRAM_ACTION_OFFSET + program]
+        return out
 
     def reset_env_where(self, done: Bool[Array, ""], key: PRNGKeyArray,
                         game_state: game.GameState, obs: Float32[Array, " 1545"], params: EnvParams

@@ -29,7 +29,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, Bool, Float32, Int32
+from jaxtyping import Array, Bool, Float32, Int32, UInt8
 
 from hm.game import constants as C
 from hm.game import entities
@@ -237,3 +237,36 @@ def _expand(table: Int32[Array, "321"]) -> Float32[Array, "1545"]:
 def observe(state: GameState) -> Observation:
     """Encode `state` exactly as §15 specifies (float32 quotients)."""
     return Observation(values=_expand(_source(state)))
+
+
+# --- compact observations --------------------------------------------------------------
+
+# Every value the game puts in the programs vector and the grid is k/3, k/4 or k/9
+# (docs/rules.md §15) for small k: a multiple of 1/36. The tail is stored as the uint8
+# round(36 x) and decoded as `u / 36` by the same XLA division the game uses, which
+# reproduces the game's float32 values bit for bit over their range (k/3 for k <= 3,
+# k/4, k/9 for k <= 9; tested on real observations). XLA on CPU turns division by a
+# constant into multiplication by the reciprocal, so neither side is always the
+# correctly rounded quotient (17/36, 5/3 are 1 ulp off), but both sides agree.
+# The player vector (row/5, credits/50, ...) is kept as float32.
+QUANTUM = 36
+
+
+class PackedObservation(eqx.Module):
+    """A flat observation with its tail stored as uint8 multiples of 1/36."""
+
+    head: Float32[Array, "*batch head"]
+    tail: UInt8[Array, "*batch tail"]
+
+
+def pack(obs: Float32[Array, "*batch obs"], head_size: int = C.PLAYER_FEATURES) -> PackedObservation:
+    """`obs` with everything after its first `head_size` values as uint8 multiples of 1/36
+    (`HackMatrix.compact_observation`: a rollout buffer a quarter of the size)."""
+    tail = jnp.clip(jnp.round(obs[..., head_size:] * QUANTUM), 0, 255).astype(jnp.uint8)
+    return PackedObservation(head=obs[..., :head_size], tail=tail)
+
+
+def unpack(packed: PackedObservation) -> Float32[Array, "*batch obs"]:
+    """The observation `pack` stored, bit for bit for the values the game makes."""
+    tail = packed.tail.astype(jnp.float32) / QUANTUM
+    return jnp.concatenate([packed.head, tail], axis=-1)

@@ -29,9 +29,9 @@ from jaxtyping import Array, Bool, Float, Int32, Key
 
 from hm import game, search
 from hm.game import constants as C
-from hm.tools import greedy
+from hm.players import greedy
 from hm.tools.policy import act, uniform_network
-from hm.train.envs import HackMatrixEnv
+from hm.train.config import TrainConfig
 from hm.train.network import Network, evaluate
 
 
@@ -73,23 +73,21 @@ def random_player(like: Network | None = None) -> NetworkPlayer:
 
 class GreedyPlayer(AbstractPlayer):
     """The scripted baseline: the legal action with the best immediate reward plus a
-    heuristic value of the state it leads to (`hm.tools.greedy` has the rule, its
+    heuristic value of the state it leads to (`hm.players.greedy` has the rule, its
     weights and its randomness)."""
 
     distance_weight: float = eqx.field(static=True, default=greedy.DISTANCE_WEIGHT)
     threat_weight: float = eqx.field(static=True, default=greedy.THREAT_WEIGHT)
-    program_weight: float = eqx.field(static=True, default=greedy.PROGRAM_WEIGHT)
 
     def scores(self, states: game.GameState, mask: Bool[Array, "n actions"], key: Key[Array, ""]
                ) -> Float[Array, "n actions"]:
         """Every action's score in every game (−inf where it is illegal)."""
         return greedy.scores(states, mask, jax.random.split(key, mask.shape[0]),
-                             self.distance_weight, self.threat_weight, self.program_weight)
+                             self.distance_weight, self.threat_weight)
 
     def value(self, state: game.GameState) -> Float[Array, ""]:
-        """The heuristic value of a game still running (`hm.tools.greedy.value`)."""
-        return (greedy.value(state, self.distance_weight, self.threat_weight)
-                + self.program_weight * greedy.program_value(state))
+        """The heuristic value of a game still running (`hm.players.greedy.value`)."""
+        return greedy.value(state, self.distance_weight, self.threat_weight)
 
     def choose(self, states, obs, mask, key):
         del obs
@@ -111,7 +109,7 @@ class NetworkEvaluator(search.AbstractEvaluator):
 
 class HeuristicEvaluator(search.AbstractEvaluator):
     """The planning baseline's evaluator: a uniform prior and the greedy player's
-    heuristic value (`hm.tools.greedy.value`), so search needs no training."""
+    heuristic value (`hm.players.greedy.value`), so search needs no training."""
 
     def __call__(self, states, obs):
         logits = jnp.zeros((obs.shape[0], C.NUM_ACTIONS), jnp.float32)
@@ -120,13 +118,14 @@ class HeuristicEvaluator(search.AbstractEvaluator):
 
 def reward_of_config(config: Mapping[str, Any] | None) -> search.SearchReward:
     """The reward a policy's critic was trained on, from its training config (reward
-    weights and program bonus; a field left unset, or no config at all, is the game
-    env's default, as the trainer applies it)."""
+    weights and program bonus; a field left unset, or no config at all, is the default
+    config's)."""
     config = config or {}
+    defaults = TrainConfig()
     weights = config.get("reward_weights")
-    weights = HackMatrixEnv.default_reward_weights if weights is None else weights
+    weights = defaults.reward_weights if weights is None else weights
     bonus = config.get("program_bonus")
-    bonus = HackMatrixEnv.default_program_bonus if bonus is None else bonus
+    bonus = defaults.program_bonus if bonus is None else bonus
     return search.SearchReward({name: float(weight) for name, weight in weights}, float(bonus))
 
 

@@ -11,7 +11,7 @@ the same keys, so they play that game identically up to there (`ProgramRule`); t
 in which no program is ever legal end identically, and `ablate` checks that. The games
 in which a program was ever legal are then compared in pairs: the mean difference of each
 arm from "as is" in highest stage and return, with its standard error.
-docs/learning.md#programs1-20m has the measurement this was written for.
+docs/evaluation.md#program-ablation has the measurement this was written for.
 
     python -m hm.tools.program_ablation RUN_DIR --all-members --episodes 2048 --json out.json
     python -m hm.tools.program_ablation --baseline greedy --episodes 256

@@ -36,14 +36,15 @@ import numpy as np
 
 from hm.train.mesh import to_host
 
-FORMAT = "hm-checkpoint/3"
-# Format 1 held one agent without a member axis (before populations).
-_EARLIER_FORMATS = {"hm-checkpoint/1": "it was written before populations, by an earlier version of hm"}
-# Format 2 is format 3 without the network's value statistics: it reads as if it held
-# their identity values (`hm.train.network`: shift 0, scale 1 for every member).
-_FORMAT_2 = "hm-checkpoint/2"
-_VALUE_STATISTICS = {".params.value_shift": 0.0, ".params.value_scale": 1.0}
-_MEMBERS_LEAF = ".params.value_head.bias"  # [P, 1]: its leading axis counts the members
+FORMAT = "hm-checkpoint/4"
+# Checkpoints of earlier formats are refused, saying why. The training state of format 3
+# is format 4's, but its config is that of the trainer before 2026-12-02's redesign
+# (other defaults, and options since removed): the tag `research-leftovers-2026-12-02`
+# is the last commit that resumes it.
+_BEFORE_REDESIGN = ("it was written before the trainer's redesign of 2026-12-02; resume it with "
+                    "`git checkout research-leftovers-2026-12-02`, or start a new run from its policy's weights")
+_EARLIER_FORMATS = {"hm-checkpoint/1": _BEFORE_REDESIGN, "hm-checkpoint/2": _BEFORE_REDESIGN,
+                    "hm-checkpoint/3": _BEFORE_REDESIGN}
 CHECKPOINTS_DIR = "checkpoints"
 KEEP_LAST = 3
 POLICY_FORMAT = "hm-policy/2"
@@ -57,14 +58,6 @@ _META = "meta.json"
 _LEAF_DIR = "leaves/"
 _NAME = re.compile(r"^ckpt_(\d{8,})\.ckpt$")
 _TEMP_SUFFIX = ".tmp"
-
-
-def _format_2_members(raw_meta: dict[str, Any]) -> int | None:
-    """The member count of a format-2 checkpoint (from its raw meta), whose value
-    statistics are read as the identity; None for any other format."""
-    if raw_meta.get("format") != _FORMAT_2:
-        return None
-    return raw_meta["leaves"][_MEMBERS_LEAF][0][0]
 
 
 class CheckpointError(Exception):
@@ -134,10 +127,6 @@ class CheckpointMeta:
     @classmethod
     def from_json(cls, text: str) -> "CheckpointMeta":
         raw = json.loads(text)
-        members = _format_2_members(raw)
-        if members is not None:
-            raw["leaves"].update({name: [[members], "float32"] for name in _VALUE_STATISTICS})
-            raw["format"] = FORMAT
         if raw.get("format") != FORMAT:
             why = _EARLIER_FORMATS.get(raw.get("format"), "unknown format")
             raise CheckpointError(f"checkpoint format {raw.get('format')!r} cannot be read ({why}); "
@@ -309,12 +298,8 @@ def read_arrays(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, np.
                 if entry.startswith(_LEAF_DIR) and entry.endswith(".npy") and name.startswith(prefix):
                     with archive.open(entry) as file:
                         arrays[name] = np.lib.format.read_array(file, allow_pickle=False)
-            members = _format_2_members(json.loads(archive.read(_META).decode()))
     except (zipfile.BadZipFile, KeyError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error})") from error
-    if members is not None:
-        arrays.update({name: np.full((members,), value, np.float32)
-                       for name, value in _VALUE_STATISTICS.items() if name.startswith(prefix)})
     return arrays
 
 

@@ -16,77 +16,26 @@ For a larger batch, `scale = batch / 32768`:
 * `lr = 1e-3`. With minibatches held near 2,048 samples, a larger batch takes more
   gradient steps per update but the same number per sample, so the step size need not
   shrink. (An earlier rule, `2.5e-4 * 16 / (num_minibatches * update_epochs)`, shrank it
-  to 6.25e-5 at 2048 envs, and the policy stopped moving: docs/learning.md has the
-  curves that chose 1e-3.) At 2 epochs that is one gradient step per 1,024 samples;
-  minibatches of 8,192 (one step per 4,096) learned more slowly at the same cost (behind
-  from 4M to 16M env steps, level at 20M: docs/learning.md#gradient-steps).
+  too far, and the policy stopped moving.) At 2 epochs that is one gradient step per
+  1,024 samples. docs/results.md has the evidence.
 
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.
 
-Value normalisation. `value_norm` > 0 keeps running estimates of the value targets' mean
-and standard deviation, moved that share of the way to each update's batch (but at
-least 1/(updates done + 1), so the first update takes its batch's statistics), and
-normalises the critic by them (PopArt, `hm.train.network.popart_update`); 0 turns it
-off.
-
-Reward weights. `reward_weights` trains on a weighted sum of the env's reward terms
-(`info["reward_terms"]`) instead of its reward: each named term gets its weight, every
-other term weight 1; `()` is the env's own reward, and `None` (the default) the env's
-`default_reward_weights`, which for the game drop the exit-distance shaping. The game
-and its reward are unchanged (evaluation and the episode returns in the logs are the
-game's); only what the learner maximises changes. The names are checked against the
-env's terms when a run is built (`hm.train.learner.reward_weight_vector`). They are part
-of the program, not swept.
-
 Curriculum. `curriculum` is the share of new training episodes that start at a later
 stage, uniform over 2..`curriculum_max_stage`, with an inventory a player who got there
-might hold (docs/learning.md#curriculum); 0 trains on ordinary games only. Evaluation
-always plays ordinary games from stage 1.
+might hold (docs/rules.md#curriculum-starts); 0 trains on ordinary games only.
+Evaluation always plays ordinary games from stage 1.
 
-Teacher (kickstarting). `teacher_coef` > 0 adds to the loss that coefficient times the
-cross-entropy between the policy and a scripted teacher's action (the env's
-`teacher_actions`; for the game, the greedy player of `bin/evaluate --baseline greedy`),
-on the states the agent itself visits (Schmitt et al., "Kickstarting Deep Reinforcement
-Learning", 2018). The coefficient falls linearly to 0 at `teacher_steps` env steps (by
-default, `None`, 4/5 of the run's `total_timesteps`, `TEACHER_SHARE`: the teacher weighs
-in, less and less, for most of the run, and the learner has the last fifth to itself;
-docs/learning.md#bonus3-teacher16-20m), after which the teacher is no longer run and
-training is plain PPO. The teacher labels one env slot in every `teacher_every` (default
-8, or the largest divisor of 8 that divides each device's env slots; it simulates every
-legal action, so a label costs about 28 env steps); the agent always acts by its own
-policy. 0 turns it off and leaves the program as it was; `None` (the default) is the
-env's `default_teacher_coef` (for the game, 1: docs/learning.md#teacher has the curves
-that chose it). Like `reward_weights`, the trainer (`hm.train.run`) makes it concrete for its
-env; a config resolved and trained without it (`make_train_fn` directly) takes None as 0.
-`teacher_program_value` > 0 makes the game's teacher add that much to its value of a
-state for each program the player owns, so it siphons program blocks it would
-otherwise pass by (docs/learning.md#program-teacher); 0, the default, teaches with the
-evaluation's greedy player. `teacher_program_floor` F > 0 keeps the weight of the labels
-that move towards owning a program (the env's `teacher_seeks`) at F or more while the
-rest of the teacher's weight falls (docs/learning.md#program-floor): the loss adds
-max(F − the annealed `teacher_coef`, 0) times their share of the labelled samples'
-cross-entropy, and the teacher keeps labelling after `teacher_steps`.
+Training features. The teacher (`teacher_*`), the reward weights and program bonus
+(`reward_weights`, `program_bonus`) and PopArt (`value_norm`) are modules of their own
+(`hm.train.features`): each owns its fields (a dataclass mixin of `TrainConfig`), their
+checks and its part of the program.
 
-Reward shaping. `shaping` > 0 adds to the learner's reward, on every step, that
-coefficient times γΦ(s') − Φ(s), where Φ is the env's `potential` (for the game, the
-greedy player's heuristic value: −0.01 × the exit distance − 0.5 × the enemies next to
-the player that can act next turn) and Φ(s') = 0 when the game ended on the step
-(potential-based shaping: Ng, Harada and Russell, 1999, which leaves the best policy
-unchanged). Unlike the game's own distance term it cannot be farmed: a step away undoes
-a step closer. 0 (the default) leaves the program as it was; docs/learning.md#shaping.
-
-A program bonus. `program_bonus` B > 0 adds to the learner's reward B times the change
-in the number of programs the player owns (the env's `programs_owned`) on every step: +B
-for each program it comes to own, −B for each an UNDO takes back. It is not paid back
-when the game ends (unlike `shaping`), so it changes what the learner maximises: the
-game's return plus B for each program owned at the end of the game, an
-achievement-style bonus. The game, its return and evaluation are unchanged;
-docs/learning.md#program-bonus. 0 leaves the program as it was; `None` (the default) is
-the env's `default_program_bonus` (for the game, 3:
-docs/learning.md#bonus3-teacher16-20m has the curves that chose it, with the teacher to
-4/5 of the run). Like `teacher_coef`, the trainer makes it concrete for its env, and a
-config trained without it (`make_train_fn` directly) takes None as 0.
+One set of defaults. `TrainConfig()` is the default config: `bin/train`, `make_train_fn`
+and every tool run it unless told otherwise. `PRESETS` names whole configs a user may
+start from (`bin/train --config plain`): `default`, and `plain`, PPO alone (no teacher,
+no program bonus, the game's own reward).
 
 Populations. `num_seeds` and `sweep` make one run train several members in one program
 (`hm.train.learner`): one member per combination of the swept values, times each seed
@@ -100,13 +49,19 @@ import itertools
 import math
 from typing import Any, Literal
 
+from hm.train import features
+from hm.train.checks import ConfigError, check_float, check_int, flag, is_int, is_number
+from hm.train.features import teacher
+from hm.train.network import CRITICS
+from hm.train.network import KINDS as NETWORKS
+
 REFERENCE_BATCH = 256 * 128
 REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 REFERENCE_LR = 2.5e-4
-# The step size above the reference batch (docs/learning.md: 3 seeds at 2048 envs).
+# The step size above the reference batch (docs/results.md).
 LARGE_BATCH_LR = 1e-3
-TARGET_MINIBATCH = 2048  # docs/learning.md#gradient-steps
+TARGET_MINIBATCH = 2048
 MIN_MINIBATCHES, MAX_MINIBATCHES = 4, 64
 # Auto `updates_per_call` fuses updates until one call covers about this many env
 # steps, so the host's per-call work (logging, checkpoints) is amortised for small
@@ -115,44 +70,28 @@ TARGET_STEPS_PER_CALL = 1 << 18
 # The per-call env-step count is reported as an int32.
 MAX_STEPS_PER_CALL = (1 << 31) - 1
 MAX_SEED = (1 << 32) - 1
-# Hyper-parameters a population may sweep: scalars the program reads as traced values.
+# Hyper-parameters a population may sweep: scalars the program reads as traced values
+# (PPO's, the curriculum's, and those of the training features).
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm",
-             "value_norm", "curriculum", "curriculum_max_stage", "teacher_coef", "teacher_program_value",
-             "teacher_program_floor", "shaping", "program_bonus")
+             "curriculum", "curriculum_max_stage") + features.SWEEPABLE
 # The sweepable settings that are integers (a sweep value must be a whole number).
 INTEGER_SWEEPABLE = ("curriculum_max_stage",)
-# Stages of the game (hm.game.constants.NUM_STAGES; here so the config imports no JAX).
+# Stages of the game (hm.game.constants.NUM_STAGES).
 NUM_STAGES = 8
-# The teacher labels one env slot in this many unless `teacher_every` says otherwise
-# (docs/learning.md#teacher: the 20M-step curves ran with it).
-TEACHER_EVERY = 8
-# By default the teacher's weight reaches 0 at this share of the run's env steps
-# (docs/learning.md#bonus3-teacher16-20m: 4/5 of 20M with the game's bonus of 3).
-TEACHER_SHARE = 0.8
 # Members of one population, at most (each holds its own envs, parameters and optimizer).
 MAX_MEMBERS = 1024
 
 PRECISIONS = ("auto", "f32", "bf16")
-# Network kinds and critic options (`hm.train.network`); here so the config imports no JAX.
-NETWORKS = ("mlp", "conv", "local")
-CRITICS = ("shared", "separate")
-
-
-class ConfigError(ValueError):
-    """A configuration value is out of range. `flag` names the command-line flag."""
-
-    def __init__(self, flag: str, message: str):
-        super().__init__(message)
-        self.flag = flag
-        self.message = message
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """What the user chooses. `None` means auto (see the module docstring)."""
+class TrainConfig(*features.CONFIGS):
+    """What the user chooses; the defaults are the project's one default config.
+    `None` means auto (see the module docstring). The training features' fields come
+    from their mixins (`hm.train.features`)."""
 
     num_envs: int = 2048
-    num_steps: int = 32  # docs/learning.md#budget-20m: 128 (the original's) took 4-5x the env steps to the same stage
+    num_steps: int = 32
     total_timesteps: int = 10_000_000
     lr: float | None = None
     gamma: float = 0.99
@@ -161,53 +100,33 @@ class TrainConfig:
     update_epochs: int | None = None
     clip_eps: float = 0.2
     vf_coef: float = 0.5
-    ent_coef: float = 0.01  # docs/learning.md: 0.15 (the original's) with the old lr never moved
+    ent_coef: float = 0.01
     max_grad_norm: float = 0.5
-    # docs/learning.md#value-normalisation: step of PopArt's value statistics per update; 0 off
-    value_norm: float = 0.0
     hidden_dim: int = 256
     num_layers: int = 2
-    # None: the env's default_network (for the game: local, docs/learning.md#local-view),
-    # made concrete by the trainer before the config is saved
-    network: str | None = None
+    # the network kind (hm.train.network, docs/networks.md): the MLP with the 5x5 cells
+    # around the player
+    network: str = "local"
     critic: str = "shared"
     precision: str = "auto"
     seed: int = 0
     max_episode_steps: int = 1000
-    # docs/learning.md#curriculum: share of new episodes that start at a later stage
+    # share of new episodes that start at a later stage; 0: ordinary games only
     curriculum: float = 0.0
     curriculum_max_stage: int = NUM_STAGES
     updates_per_call: int | None = None
     devices: int | None = None
     num_seeds: int = 1
-    # ((term, weight), ...): the training reward's weight of each named reward term (the
-    # others weigh 1); () the env's own reward; None the env's default_reward_weights
-    # (for the game: distance=0, docs/learning.md#reward-weights)
-    reward_weights: tuple[tuple[str, float], ...] | None = None
-    # docs/learning.md#teacher: weight of the cross-entropy to the env's scripted teacher,
-    # falling linearly to 0 at teacher_steps env steps; 0 off; None the env's
-    # default_teacher_coef (for the game: 1), which the trainer (hm.train.run) applies
-    teacher_coef: float | None = None
-    # docs/learning.md#program-teacher: what the teacher's value of a state adds for each
-    # program the player owns (the game's greedy teacher); 0: the evaluation's greedy player
-    teacher_program_value: float = 0.0
-    # docs/learning.md#program-floor: the least weight of the teacher's labels that move
-    # towards owning a program (its other labels fall to 0 at teacher_steps); 0: none
-    teacher_program_floor: float = 0.0
-    # docs/learning.md#shaping: weight of potential-based shaping from the env's potential; 0 off
-    shaping: float = 0.0
-    # docs/learning.md#program-bonus: the learner's reward gains this times the change in
-    # the number of programs owned on each step (not paid back at the end); 0 off; None
-    # the env's default_program_bonus, which the trainer (hm.train.run) applies
-    program_bonus: float | None = None
-    # None: 4/5 of total_timesteps (`auto_teacher_steps`, docs/learning.md#bonus3-teacher16-20m),
-    # made concrete by the trainer before the config is saved, so a resume keeps the run's schedule
-    teacher_steps: int | None = None
-    # the teacher labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
-    # divisor of 8 that divides each device's env slots
-    teacher_every: int | None = None
     # ((field, (value, ...)), ...): one member per combination (see `members`).
     sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
+
+
+# Whole configs a run may start from (`bin/train --config NAME`); flags given beside it win.
+PRESETS = {
+    "default": TrainConfig(),
+    # PPO alone: no teacher, no program bonus, the game's own reward
+    "plain": TrainConfig(teacher_coef=0.0, program_bonus=0.0, reward_weights=()),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -286,9 +205,7 @@ def members(config: "ResolvedConfig") -> list[Member]:
     for combination in itertools.product(*(values for _, values in config.sweep)):
         for offset in range(config.num_seeds):
             settings = dict(zip(names, combination))
-            # (a teacher weight left to the env, None, counts as 0 here: `hm.train.run`
-            # makes it concrete before a run is resolved)
-            hyper = {name: float(settings.get(name, getattr(config, name)) or 0.0) for name in SWEEPABLE}
+            hyper = {name: float(settings.get(name, getattr(config, name))) for name in SWEEPABLE}
             seed = config.seed + offset
             label = [f"{name.replace('_', '-')}={value:g}" for name, value in settings.items()]
             out.append(Member(index=len(out), name=",".join(label + [f"seed={seed}"]), seed=seed,
@@ -321,12 +238,6 @@ def _auto_epochs(batch: int) -> int:
     if batch <= REFERENCE_BATCH:
         return REFERENCE_EPOCHS
     return max(2, int(REFERENCE_EPOCHS // (batch / REFERENCE_BATCH)))
-
-
-def auto_teacher_steps(total_timesteps: int) -> int:
-    """The env steps at which the teacher's weight reaches 0 unless `teacher_steps` says:
-    `TEACHER_SHARE` of the run, at least 1."""
-    return max(1, round(TEACHER_SHARE * total_timesteps))
 
 
 def _auto_lr(batch: int) -> float:
@@ -373,70 +284,21 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     if k is None:
         k = _auto_updates_per_call(batch, max(1, config.total_timesteps // batch))
         auto.append("updates_per_call")
-    teacher_steps = config.teacher_steps
-    if teacher_steps is None:
-        teacher_steps = auto_teacher_steps(config.total_timesteps)
-        auto.append("teacher_steps")
-    teacher_every = config.teacher_every
-    if teacher_every is None:
-        teacher_every = math.gcd(config.num_envs // devices, TEACHER_EVERY)
-        auto.append("teacher_every")
+    teacher_fields, teacher_auto = teacher.resolve(config, devices)
+    auto += teacher_auto
     if config.devices is None:
         auto.append("devices")
     fields = dataclasses.asdict(config)
     fields.update(
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
-        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), teacher_every=teacher_every,
-        teacher_steps=teacher_steps,
+        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), **teacher_fields,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
-                 "curriculum", "shaping"):
+                 "curriculum", "teacher_coef", "program_bonus"):
         fields[name] = float(fields[name])
-    for name in ("teacher_coef", "program_bonus"):  # None: the env's default
-        if getattr(config, name) is not None:
-            fields[name] = float(getattr(config, name))
     fields["sweep"] = tuple((name, tuple(float(v) for v in values)) for name, values in config.sweep)
-    if config.reward_weights is not None:
-        fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
+    fields["reward_weights"] = tuple((name, float(weight)) for name, weight in config.reward_weights)
     return ResolvedConfig(**fields)
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a config field: `num_envs` -> `--num-envs`."""
-    return "--" + name.replace("_", "-")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
-
-
-def _check_int(config: TrainConfig, name: str, low: int, high: int | None = None, optional: bool = False):
-    value = getattr(config, name)
-    if optional and value is None:
-        return
-    span = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    if not _is_int(value) or value < low or (high is not None and value > high):
-        raise ConfigError(flag(name), f"{flag(name)} must be {span}; got {value!r}")
-
-
-def _check_float(config: TrainConfig, name: str, low: float, high: float | None, *,
-                 low_open: bool = False, optional: bool = False):
-    """Check `low <= value <= high` (`low < value` if `low_open`; no upper bound if None)."""
-    value = getattr(config, name)
-    if optional and value is None:
-        return
-    if high is None:
-        span = f"a number {'>' if low_open else '>='} {low:g}"
-    else:
-        span = f"a number in {'(' if low_open else '['}{low:g}, {high:g}]"
-    ok = _is_number(value) and (value > low if low_open else value >= low)
-    ok = ok and (high is None or value <= high)
-    if not ok:
-        raise ConfigError(flag(name), f"{flag(name)} must be {span}; got {value!r}")
 
 
 def validate(config: TrainConfig, num_devices: int) -> None:
@@ -447,24 +309,24 @@ def validate(config: TrainConfig, num_devices: int) -> None:
         num_devices: devices available to the run (all processes together). The run
             uses `config.devices` of them when that is set.
     """
-    _check_int(config, "devices", 1, num_devices, optional=True)
+    check_int(config, "devices", 1, num_devices, optional=True)
     devices = effective_devices(config, num_devices)
-    if not _is_int(config.num_envs) or config.num_envs < 1 or config.num_envs % devices:
+    if not is_int(config.num_envs) or config.num_envs < 1 or config.num_envs % devices:
         raise ConfigError(
             "--num-envs",
             f"--num-envs must be a positive multiple of the device count ({devices}); "
             f"got {config.num_envs!r}")
-    _check_int(config, "num_steps", 1)
+    check_int(config, "num_steps", 1)
     batch = config.num_envs * config.num_steps
-    if not _is_int(config.total_timesteps) or config.total_timesteps < batch:
+    if not is_int(config.total_timesteps) or config.total_timesteps < batch:
         raise ConfigError(
             "--total-timesteps",
             f"--total-timesteps must be at least one batch (--num-envs x --num-steps = "
             f"{batch}); got {config.total_timesteps!r}")
-    _check_float(config, "lr", 0.0, 1.0, low_open=True, optional=True)
-    _check_float(config, "gamma", 0.0, 1.0)
-    _check_float(config, "gae_lambda", 0.0, 1.0)
-    _check_int(config, "num_minibatches", 1, optional=True)
+    check_float(config, "lr", 0.0, 1.0, low_open=True, optional=True)
+    check_float(config, "gamma", 0.0, 1.0)
+    check_float(config, "gae_lambda", 0.0, 1.0)
+    check_int(config, "num_minibatches", 1, optional=True)
     minibatches = config.num_minibatches
     if minibatches is None:
         minibatches = _auto_minibatches(batch, devices)
@@ -475,28 +337,25 @@ def validate(config: TrainConfig, num_devices: int) -> None:
             f"--num-minibatches{how} must split the batch (--num-envs x --num-steps = {batch}) "
             f"into minibatches whose size divides evenly over the {devices} device(s); "
             f"pick a count m with {batch} % (m x {devices}) == 0")
-    _check_int(config, "update_epochs", 1, optional=True)
-    _check_float(config, "clip_eps", 0.0, None, low_open=True)
-    _check_float(config, "vf_coef", 0.0, None)
-    _check_float(config, "ent_coef", 0.0, None)
-    _check_float(config, "max_grad_norm", 0.0, None, low_open=True)
-    _check_float(config, "value_norm", 0.0, 1.0)
-    _check_int(config, "hidden_dim", 1)
-    _check_int(config, "num_layers", 1)
+    check_int(config, "update_epochs", 1, optional=True)
+    check_float(config, "clip_eps", 0.0, None, low_open=True)
+    check_float(config, "vf_coef", 0.0, None)
+    check_float(config, "ent_coef", 0.0, None)
+    check_float(config, "max_grad_norm", 0.0, None, low_open=True)
+    check_int(config, "hidden_dim", 1)
+    check_int(config, "num_layers", 1)
     for name, allowed in (("network", NETWORKS), ("critic", CRITICS)):
-        if name == "network" and config.network is None:
-            continue
         if getattr(config, name) not in allowed:
             raise ConfigError(flag(name), f"{flag(name)} must be one of {', '.join(allowed)}; "
                                           f"got {getattr(config, name)!r}")
     if config.precision not in PRECISIONS:
         raise ConfigError(
             "--precision", f"--precision must be one of {', '.join(PRECISIONS)}; got {config.precision!r}")
-    _check_int(config, "seed", 0, MAX_SEED)
-    _check_int(config, "max_episode_steps", 1)
-    _check_float(config, "curriculum", 0.0, 1.0)
-    _check_int(config, "curriculum_max_stage", 2, NUM_STAGES)
-    _check_int(config, "updates_per_call", 1, optional=True)
+    check_int(config, "seed", 0, MAX_SEED)
+    check_int(config, "max_episode_steps", 1)
+    check_float(config, "curriculum", 0.0, 1.0)
+    check_int(config, "curriculum_max_stage", 2, NUM_STAGES)
+    check_int(config, "updates_per_call", 1, optional=True)
     k = config.updates_per_call
     if k is None:
         k = _auto_updates_per_call(batch, config.total_timesteps // batch)
@@ -505,76 +364,12 @@ def validate(config: TrainConfig, num_devices: int) -> None:
             "--updates-per-call",
             f"--updates-per-call x --num-envs x --num-steps must be below 2^31 env steps "
             f"per call; got {k} x {batch}")
-    _check_int(config, "num_seeds", 1, MAX_MEMBERS)
+    check_int(config, "num_seeds", 1, MAX_MEMBERS)
     if config.seed + config.num_seeds - 1 > MAX_SEED:
         raise ConfigError("--num-seeds", f"--seed + --num-seeds - 1 must be at most {MAX_SEED}; "
                                          f"got {config.seed} + {config.num_seeds} - 1")
-    _check_float(config, "teacher_coef", 0.0, None, optional=True)
-    _check_float(config, "teacher_program_value", 0.0, None)
-    _check_float(config, "teacher_program_floor", 0.0, None)
-    _check_int(config, "teacher_steps", 1, optional=True)
-    _check_int(config, "teacher_every", 1, optional=True)
-    _check_float(config, "shaping", 0.0, None)
-    _check_float(config, "program_bonus", 0.0, None, optional=True)
     _check_sweep(config, num_devices)
-    _check_reward_weights(config)
-    explicit_every = config.teacher_every is not None
-    if explicit_every and uses_teacher(config) and config.num_envs % (config.teacher_every * devices):
-        raise ConfigError(
-            "--teacher-every",
-            f"--teacher-every must divide each device's share of --num-envs ({config.num_envs} / "
-            f"{devices} device(s)); got {config.teacher_every!r}")
-
-
-def _any_member_above_zero(config: TrainConfig, name: str) -> bool:
-    """Whether setting `name` is above 0 for any member: its value (None counts as 0)
-    or one of its swept values."""
-    swept = [values for key, values in config.sweep if key == name]
-    return (getattr(config, name) or 0.0) > 0 or any(_is_number(v) and v > 0 for values in swept for v in values)
-
-
-def uses_teacher(config: TrainConfig) -> bool:
-    """Whether any member trains with a teacher (`teacher_coef` > 0, or swept)."""
-    return _any_member_above_zero(config, "teacher_coef")
-
-
-def uses_teacher_program_value(config: TrainConfig) -> bool:
-    """Whether any member's teacher values owned programs (`teacher_program_value` > 0, or swept)."""
-    return _any_member_above_zero(config, "teacher_program_value")
-
-
-def uses_teacher_program_floor(config: TrainConfig) -> bool:
-    """Whether any member keeps a floor under its teacher's program labels
-    (`teacher_program_floor` > 0, or swept)."""
-    return _any_member_above_zero(config, "teacher_program_floor")
-
-
-def uses_shaping(config: TrainConfig) -> bool:
-    """Whether any member's reward is shaped (`shaping` > 0, or swept)."""
-    return _any_member_above_zero(config, "shaping")
-
-
-def uses_program_bonus(config: TrainConfig) -> bool:
-    """Whether any member's reward has a program bonus (`program_bonus` > 0, or swept)."""
-    return _any_member_above_zero(config, "program_bonus")
-
-
-def _check_reward_weights(config: TrainConfig) -> None:
-    """Each entry a (term name, finite number) pair, each name once. Whether the env has
-    such terms is checked when the run is built (`hm.train.learner.reward_weight_vector`)."""
-    if config.reward_weights is None:
-        return
-    seen = set()
-    for entry in config.reward_weights:
-        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]):
-            raise ConfigError("--reward-weights", f"--reward-weights entries are TERM=WEIGHT; got {entry!r}")
-        name, weight = entry
-        if not _is_number(weight):
-            raise ConfigError("--reward-weights", f"--reward-weights {name}: the weight must be a finite "
-                                                  f"number; got {weight!r}")
-        if name in seen:
-            raise ConfigError("--reward-weights", f"--reward-weights gives {name} twice")
-        seen.add(name)
+    features.validate(config, devices)
 
 
 def _check_sweep(config: TrainConfig, num_devices: int) -> None:
@@ -603,7 +398,7 @@ def _check_sweep(config: TrainConfig, num_devices: int) -> None:
         if not values:
             raise ConfigError("--sweep", f"--sweep {key}= has no values; give {key}=V1,V2,...")
         for value in values:
-            if name in INTEGER_SWEEPABLE and _is_number(value):
+            if name in INTEGER_SWEEPABLE and is_number(value):
                 # the command line reads every sweep value as a float
                 if not float(value).is_integer():
                     raise ConfigError("--sweep", f"--sweep {key}={value!r}: {flag(name)} takes whole "

@@ -8,7 +8,7 @@ synthetic metric streams. The rules, with the thresholds in `HealthThresholds`:
 * `ppo/clip_frac` above 0.35 on `clip_updates` (5) checks in a row: most samples are
   clipped, the updates are mostly wasted. One update alone is not enough: a fresh policy
   learning from the teacher clips 30-45 % of its samples in its first few updates, and
-  then settles near 20 % (docs/learning.md#local-view).
+  then settles near 20 % (docs/training.md#health-warnings).
 * entropy collapsing: `loss/entropy` below a tenth of its early level, so the policy is
   close to deterministic and has stopped exploring.
 * stall: `episode/length` rising while `episode/return` stays flat, the signature of an

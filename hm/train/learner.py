@@ -5,8 +5,8 @@ One call of the function from `make_train_fn` runs `updates_per_call` (K) update
     scan over K updates:
         start the env slots that hold no game yet (only before the first update)
         scan over num_steps: policy forward, inverse-CDF sampling, env step with
-            truncation and auto-reset (`hm.env`); store compact observations (and,
-            while the teacher's weight is above 0, its actions on the slots it labels)
+            truncation and auto-reset (`hm.env`); store compact observations and what
+            the training features label (e.g. the teacher's actions)
         value of the last observation; GAE by a reverse scan
         scan over update_epochs: scan over num_minibatches: loss, gradient, Adam
 
@@ -21,10 +21,9 @@ device count for the same global batch.
 
 Populations. A run trains P members (P = 1 for a single run; `--num-seeds`, `--sweep`):
 every per-member leaf of the state leads with a member axis, and the members'
-hyper-parameters (`Hyper`: lr, entropy and value coefficients, clip range, gamma, GAE
-lambda, gradient clip, the value statistics' step, the curriculum's share and highest
-stage, and the teacher's weight) are an argument of
-the program, traced values, so members can differ in them and share one compiled program. The rollout steps all members' env
+hyper-parameters (`Hyper`: a dict of the fields of `config.SWEEPABLE`, PPO's, the
+curriculum's and the training features') are an argument of the program, traced
+values, so members can differ in them and share one compiled program. The rollout steps all members' env
 slots as one flat batch; networks and gradient steps are `vmap`ped over members.
 Member i of a population computes what the single run with its seed computes.
 
@@ -65,21 +64,15 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Bool, Float, Int32, Key, PRNGKeyArray, PyTree, UInt32
 
+from hm.env import Environment, HackMatrix
 from hm.train import config as config_lib
-from hm.train import distributions, ppo
+from hm.train import distributions, features, ppo, vector
 from hm.train.config import ResolvedConfig
-from hm.train.envs import (
-    AbstractEnv,
-    HackMatrixEnv,
-    StepOutput,
-    VecEnvState,
-    vector_start,
-    vector_step,
-    vector_unstarted,
-)
+from hm.train.features import Feature, Hyper
 from hm.train.mesh import DATA_AXIS, make_mesh, to_global, to_host
-from hm.train.network import Network, evaluate, popart_update
+from hm.train.network import Network, evaluate
 from hm.train.precision import cast_floating, compute_dtype
+from hm.train.vector import VecEnvState, vector_start, vector_step, vector_unstarted
 
 
 class TrainState(eqx.Module):
@@ -93,45 +86,15 @@ class TrainState(eqx.Module):
     env_steps: UInt32[Array, "2"]
 
 
-# Traced in the program; numpy on the host before `place_hyper` puts them on the mesh.
-HyperValue = Float[Array | np.ndarray, "*P"]
-IntHyperValue = Int32[Array | np.ndarray, "*P"]
-
-
-class Hyper(eqx.Module):
-    """The hyper-parameters the program reads as traced values, one per member ([P]).
-
-    Being arguments rather than constants, they can differ between the members of a
-    population (`--sweep`), and a resume may change them without recompiling.
-    `config.SWEEPABLE` names the same fields.
-    """
-
-    lr: HyperValue
-    ent_coef: HyperValue
-    vf_coef: HyperValue
-    clip_eps: HyperValue
-    gamma: HyperValue
-    gae_lambda: HyperValue
-    max_grad_norm: HyperValue
-    value_norm: HyperValue                 # step of the value statistics (PopArt); 0: off
-    curriculum: HyperValue                 # share of new episodes that are curriculum starts
-    curriculum_max_stage: IntHyperValue    # curriculum starts: stages 2..this
-    teacher_coef: HyperValue               # weight of the teacher's cross-entropy (annealed by `update`)
-    teacher_program_value: HyperValue      # what the teacher adds per program owned (HackMatrix)
-    teacher_program_floor: HyperValue      # least weight of the teacher's program labels
-    shaping: HyperValue                    # weight of potential-based reward shaping; 0: off
-    program_bonus: HyperValue              # reward for each program that comes to be owned; 0: off
-
-
 def make_hyper(resolved: ResolvedConfig) -> Hyper:
-    """The members' hyper-parameters, in member order (`config.members`), on the host."""
+    """The members' hyper-parameters ([P] each, in member order, `config.members`), on the
+    host: every field of `config.SWEEPABLE`. Traced in the program."""
     members = config_lib.members(resolved)
 
     def dtype(name):
         return np.int32 if name in config_lib.INTEGER_SWEEPABLE else np.float32
 
-    return Hyper(**{name: np.array([m.hyper[name] for m in members], dtype(name))
-                    for name in config_lib.SWEEPABLE})
+    return {name: np.array([m.hyper[name] for m in members], dtype(name)) for name in config_lib.SWEEPABLE}
 
 
 class Trajectory(eqx.Module):
@@ -146,10 +109,7 @@ class Trajectory(eqx.Module):
     done: Bool[Array, "*T P n"]
     truncated: Bool[Array, "*T P n"]
     bootstrap_value: Float[Array, "*T P n"]   # value of the truncated state's observation
-    # the scripted teacher's action on the slots it labels, -1 elsewhere; None without a teacher
-    teacher_action: Int32[Array, "*T P n"] | None = None
-    # whether the label moves towards owning a program; None without `--teacher-program-floor`
-    teacher_seeks: Bool[Array, "*T P n"] | None = None
+    extras: dict[str, Array]                  # what the training features labelled (`Feature.labels`)
 
 
 class StepStats(eqx.Module):
@@ -175,129 +135,7 @@ class Samples(eqx.Module):
     log_prob: Float[Array, "T n"]
     advantage: Float[Array, "T n"]
     target: Float[Array, "T n"]
-    teacher_action: Int32[Array, "T n"] | None = None
-    teacher_seeks: Bool[Array, "T n"] | None = None
-
-
-def reward_weight_vector(env: AbstractEnv, weights: tuple[tuple[str, float], ...] | None) -> np.ndarray | None:
-    """The training reward's weight of each of the env's reward terms, in its order.
-
-    `weights` names terms and their weights (the others weigh 1); None means the env's
-    `default_reward_weights`. Returns None when every weight is 1: the learner then uses
-    the env's reward itself, exactly.
-
-    Raises:
-        ConfigError: a name that is not one of the env's reward terms (names `--reward-weights`).
-    """
-    vector = np.ones(len(env.reward_terms), np.float32)
-    for name, weight in env.default_reward_weights if weights is None else weights:
-        if name not in env.reward_terms:
-            raise config_lib.ConfigError(
-                "--reward-weights", f"--reward-weights {name}: not a reward term of this environment; its "
-                                    f"terms are {', '.join(env.reward_terms)}")
-        vector[env.reward_terms.index(name)] = weight
-    return None if np.all(vector == 1.0) else vector
-
-
-def check_teacher(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
-    """Refuse a teacher (`teacher_coef` > 0) for an env that has none, and a teacher's
-    program value or program floor (`teacher_program_value`, `teacher_program_floor` > 0)
-    for an env whose teacher has none or a run without a teacher.
-
-    Raises:
-        ConfigError: naming `--teacher-coef`, `--teacher-program-value` or `--teacher-program-floor`.
-    """
-    if config_lib.uses_teacher(config) and env.teacher is None:
-        raise config_lib.ConfigError("--teacher-coef", f"--teacher-coef: {type(env).__name__} has no scripted "
-                                                       "teacher; leave --teacher-coef at 0")
-    for flag, used, what in (("--teacher-program-value", config_lib.uses_teacher_program_value(config),
-                              "changes the teacher's labels"),
-                             ("--teacher-program-floor", config_lib.uses_teacher_program_floor(config),
-                              "weighs the teacher's program labels")):
-        if not used:
-            continue
-        if not env.teacher_values_programs:
-            raise config_lib.ConfigError(
-                flag, f"{flag}: {type(env).__name__}'s teacher does not value programs; leave {flag} at 0")
-        if not config_lib.uses_teacher(config):
-            raise config_lib.ConfigError(
-                flag, f"{flag} {what}, but no member trains with a teacher (--teacher-coef 0)")
-
-
-def network_kind(config: config_lib.TrainConfig, env: AbstractEnv) -> str:
-    """The network kind `config` asks for: its `network`, or the env's `default_network`
-    where that is None."""
-    return env.default_network if config.network is None else config.network
-
-
-def check_shaping(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
-    """Refuse reward shaping (`shaping` > 0) for an env that has no potential.
-
-    Raises:
-        ConfigError: naming `--shaping`.
-    """
-    if config_lib.uses_shaping(config) and env.potential_name is None:
-        raise config_lib.ConfigError("--shaping", f"--shaping: {type(env).__name__} has no potential to "
-                                                  "shape the reward with; leave --shaping at 0")
-
-
-def check_program_bonus(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
-    """Refuse a program bonus (`program_bonus` > 0) for an env that counts no programs.
-
-    Raises:
-        ConfigError: naming `--program-bonus`.
-    """
-    if config_lib.uses_program_bonus(config) and not env.counts_programs:
-        raise config_lib.ConfigError("--program-bonus", f"--program-bonus: {type(env).__name__} has no "
-                                                        "programs to count; leave --program-bonus at 0")
-
-
-def program_bonus_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
-    """`reward` plus each member's `program_bonus` B × the change in the programs owned
-    over the step (`config.py`, "A program bonus"): +B for each program gained, −B for
-    each lost. The count after the step is the ended game's where the game ended, so
-    nothing is paid back: over a whole game the bonus adds B × (programs owned at its end
-    − programs owned at its start), which changes the best policy (unlike `shaping`)."""
-    return reward + hyper.program_bonus[:, None] * (out.next_programs_owned - out.programs_owned)
-
-
-def check_env(env: AbstractEnv, config: config_lib.TrainConfig) -> None:
-    """Refuse a config that asks `env` for what it lacks: a reward term it does not have,
-    a teacher, a potential or a program count (each error names its flag)."""
-    reward_weight_vector(env, config.reward_weights)
-    check_teacher(env, config)
-    check_shaping(env, config)
-    check_program_bonus(env, config)
-
-
-def shaped_reward(reward: Float[Array, "P n"], out: StepOutput, hyper: Hyper) -> Float[Array, "P n"]:
-    """`reward` plus each member's `shaping` × (γΦ(s') − Φ(s)) (`config.py`, "Reward shaping").
-
-    Φ(s') is 0 where the game ended, so over a whole game the shaping adds up to −Φ of
-    its first state plus what discounting leaves: the best policy does not change (Ng,
-    Harada and Russell, 1999). A truncated episode's Φ(s') is its last state's, and its
-    bootstrap value estimates the shaped return from there, as for any other step."""
-    coef, gamma = hyper.shaping[:, None], hyper.gamma[:, None]
-    return reward + coef * (gamma * out.next_potential - out.potential)
-
-
-# The teacher draws its randomness from each step's key folded with this (a stream of its
-# own: the agent's actions and the env's steps keep the keys they have without a teacher).
-TEACHER_STREAM = 0x7EAC
-
-
-def program_teacher_coef(hyper: Hyper) -> HyperValue:
-    """What the labels that move towards owning a program weigh on top of the annealed
-    `teacher_coef` (already in `hyper`): max(floor − teacher_coef, 0), so together they
-    weigh at least `teacher_program_floor`."""
-    return jnp.maximum(hyper.teacher_program_floor - hyper.teacher_coef, 0.0)
-
-
-def teacher_weight(coef: HyperValue, env_steps: UInt32[Array, "2"], teacher_steps: int) -> HyperValue:
-    """The teacher's weight after `env_steps` env steps: `coef`, falling linearly to 0
-    at `teacher_steps`."""
-    done = env_steps[1].astype(jnp.float32) * 2.0**32 + env_steps[0].astype(jnp.float32)
-    return coef * jnp.clip(1.0 - done / teacher_steps, 0.0, 1.0)
+    extras: dict[str, Array]
 
 
 def make_optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
@@ -350,12 +188,14 @@ class Learner(eqx.Module):
 
     `axis_name` is the mesh axis when running under `shard_map` (means become global,
     env ids are offset by the device index); `None` runs on a single device without
-    collectives, which the unit tests use.
+    collectives, which the unit tests use. `features` are the active training features
+    (`hm.train.features.build`), whose hooks the update calls.
     """
 
-    env: AbstractEnv
+    env: Environment
     config: ResolvedConfig = eqx.field(static=True)
     axis_name: str | None = eqx.field(static=True, default=None)
+    features: tuple[Feature, ...] = ()
 
     # --- layout -----------------------------------------------------------------------
 
@@ -382,7 +222,7 @@ class Learner(eqx.Module):
         n = self.local_envs
         return self._device_index() * n + jnp.arange(n, dtype=jnp.int32)
 
-    def _per_env_keys(self, keys: Key[Array, " P"]) -> Key[Array, "P n"]:
+    def per_env_keys(self, keys: Key[Array, " P"]) -> Key[Array, "P n"]:
         """Each member's key folded with each global env slot index."""
         ids = self.env_ids()
         return jax.vmap(lambda key: _fold_in_each(key, ids))(keys)
@@ -408,8 +248,9 @@ class Learner(eqx.Module):
 
     def init_params(self, key: PRNGKeyArray) -> Network:
         """One member's network."""
-        return Network(self.env.obs_size, self.env.num_actions, self.config.hidden_dim,
-                       self.config.num_layers, kind=network_kind(self.config, self.env), critic=self.config.critic, key=key)
+        (obs_size,) = self.env.observation_shape
+        return Network(obs_size, self.env.num_actions, self.config.hidden_dim, self.config.num_layers,
+                       kind=self.config.network, critic=self.config.critic, key=key)
 
     def init_envs(self) -> VecEnvState:
         """Slots with no game yet, [P, n]: the first rollout starts them (`vector_start`)."""
@@ -460,51 +301,45 @@ class Learner(eqx.Module):
         split = jax.vmap(jax.random.split)(keys)
         start_keys, steps_keys = split[:, 0], split[:, 1]
         # Each member's curriculum settings, one per env slot of the flat batch.
-        curriculum = (jnp.repeat(hyper.curriculum, self.local_envs),
-                      jnp.repeat(hyper.curriculum_max_stage, self.local_envs))
-        envs = _unflat(vector_start(self.env, _flat(envs), _flat(self._per_env_keys(start_keys)),
+        curriculum = (jnp.repeat(hyper["curriculum"], self.local_envs),
+                      jnp.repeat(hyper["curriculum_max_stage"], self.local_envs))
+        envs = _unflat(vector_start(self.env, _flat(envs), _flat(self.per_env_keys(start_keys)),
                                     *curriculum), members)
         policy_params = cast_floating(params, compute_dtype(self.config.precision))
         num_actions = self.env.num_actions
-        weights = reward_weight_vector(self.env, self.config.reward_weights)
-        teach = config_lib.uses_teacher(self.config)
-        shape = config_lib.uses_shaping(self.config)
-        bonus = config_lib.uses_program_bonus(self.config)
 
         def step(envs: VecEnvState, t):
             both = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t)))(steps_keys)
             action_keys, env_keys = both[:, 0], both[:, 1]
             logits, value = self._evaluate(policy_params, envs.obs)
-            uniform = jax.vmap(jax.vmap(jax.random.uniform))(self._per_env_keys(action_keys))
+            uniform = jax.vmap(jax.vmap(jax.random.uniform))(self.per_env_keys(action_keys))
             action = distributions.sample(logits, envs.mask, uniform)
             log_prob = distributions.log_prob(logits, envs.mask, action)
             new_envs, out = vector_step(self.env, _flat(envs), action.reshape(-1),
-                                        _flat(self._per_env_keys(env_keys)),
-                                        self.config.max_episode_steps, *curriculum, potentials=shape,
-                                        program_counts=bonus)
-            teacher_action, teacher_seeks = self.teacher_actions(envs, steps_keys, t, hyper) if teach else (None, None)
+                                        _flat(self.per_env_keys(env_keys)),
+                                        self.config.max_episode_steps, *curriculum)
+            extras = {}
+            for feature in self.features:
+                extras.update(feature.labels(self, envs, steps_keys, t, hyper))
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
-            # what the learner maximises: the env's reward, or its terms reweighted
-            reward = out.reward if weights is None else out.info.reward_terms @ weights
-            if shape:
-                reward = shaped_reward(reward, out, hyper)
-            if bonus:
-                reward = program_bonus_reward(reward, out, hyper)
+            # what the learner maximises: the env's reward, as the features change it
+            reward = out.reward
+            for feature in self.features:
+                reward = feature.reward(reward, envs, out, hyper)
             transition = Trajectory(
-                obs=jax.vmap(jax.vmap(self.env.encode_obs))(envs.obs), mask=envs.mask,
+                obs=jax.vmap(jax.vmap(self.env.compact_observation))(envs.obs), mask=envs.mask,
                 action=action, log_prob=log_prob, value=value, reward=reward, done=out.done,
-                truncated=out.truncated, bootstrap_value=bootstrap, teacher_action=teacher_action,
-                teacher_seeks=teacher_seeks)
+                truncated=out.truncated, bootstrap_value=bootstrap, extras=extras)
             finished = out.done | out.truncated
             stats = StepStats(
                 episodes=jnp.sum(finished, axis=1, dtype=jnp.int32),
                 episode_return=jnp.sum(jnp.where(finished, out.episode_return, 0.0), axis=1),
                 episode_length=jnp.sum(jnp.where(finished, out.episode_length, 0).astype(jnp.float32), axis=1),
-                episode_stage=jnp.sum(jnp.where(finished, out.info.stage, 0).astype(jnp.float32), axis=1),
-                max_stage=jnp.max(jnp.where(finished, out.info.stage, 0), axis=1),
-                wins=jnp.sum(finished & out.info.won, axis=1, dtype=jnp.int32),
-                reward_terms=jnp.sum(out.info.reward_terms, axis=1),
+                episode_stage=jnp.sum(jnp.where(finished, out.stage, 0).astype(jnp.float32), axis=1),
+                max_stage=jnp.max(jnp.where(finished, out.stage, 0), axis=1),
+                wins=jnp.sum(finished & out.won, axis=1, dtype=jnp.int32),
+                reward_terms=jnp.sum(out.reward_terms, axis=1),
                 actions=jnp.sum(jax.nn.one_hot(action, num_actions, dtype=jnp.float32), axis=1),
                 legal=jnp.sum(envs.mask, axis=1, dtype=jnp.float32),
             )
@@ -515,34 +350,6 @@ class Learner(eqx.Module):
         totals = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
         totals = eqx.tree_at(lambda s: s.max_stage, totals, jnp.max(stats.max_stage, axis=0))
         return envs, trajectory, totals
-
-    def teacher_actions(self, envs: VecEnvState, steps_keys: Key[Array, " P"], t: Int32[Array, ""],
-                        hyper: Hyper) -> tuple[Int32[Array, "P n"], Bool[Array, "P n"] | None]:
-        """The teacher's action on the slots it labels (global index a multiple of
-        `teacher_every`), -1 on the others; all -1, without running the teacher, once
-        every member's teacher weight (`hyper`, already annealed) and program floor are 0.
-        With `--teacher-program-floor`, also whether each label moves towards owning a
-        program (False where unlabelled); else None."""
-        members, n, every = self.members, self.local_envs, self.config.teacher_every
-        floor = config_lib.uses_teacher_program_floor(self.config)
-        none = (jnp.full((members, n), -1, jnp.int32), jnp.zeros((members, n), bool) if floor else None)
-
-        def label():
-            keys = jax.vmap(lambda key: jax.random.fold_in(jax.random.fold_in(key, t), TEACHER_STREAM))(steps_keys)
-            # `teacher_every` divides the slots of each device, so local slot i is labelled
-            # exactly when its global index is.
-            pick = lambda x: x[:, ::every]  # noqa: E731
-            program_value = jnp.repeat(hyper.teacher_program_value, n // every)
-            states, label_keys = _flat(jax.tree.map(pick, envs.state)), _flat(pick(self._per_env_keys(keys)))
-            actions = self.env.teacher_actions(states, _flat(pick(envs.mask)), label_keys, program_value)
-            labelled = none[0].at[:, ::every].set(actions.reshape(members, -1))
-            if not floor:
-                return labelled, None
-            seeks = self.env.teacher_seeks(states, actions, label_keys)
-            return labelled, none[1].at[:, ::every].set(seeks.reshape(members, -1))
-
-        weight = jnp.maximum(hyper.teacher_coef, hyper.teacher_program_floor)
-        return lax.cond(jnp.any(weight > 0), label, lambda: none)
 
     def minibatch_indices(self, key: PRNGKeyArray) -> Int32[Array, "M G S"]:
         """One member's assignment of samples to minibatches for one epoch.
@@ -575,38 +382,25 @@ class Learner(eqx.Module):
             return picked.reshape((-1,) + picked.shape[2:])
 
         picked = jax.tree.map(take, samples)
-        return ppo.Minibatch(obs=jax.vmap(self.env.decode_obs)(picked.obs), mask=picked.mask,
+        return ppo.Minibatch(obs=jax.vmap(self.env.expand_observation)(picked.obs), mask=picked.mask,
                              action=picked.action, log_prob=picked.log_prob,
-                             advantage=picked.advantage, target=picked.target,
-                             teacher_action=picked.teacher_action, teacher_seeks=picked.teacher_seeks)
+                             advantage=picked.advantage, target=picked.target, extras=picked.extras)
 
     def gradient_step(self, params: Network, opt_state: PyTree, batch: ppo.Minibatch, hyper: Hyper):
         """One member's gradient step (`hyper` holds its scalars)."""
-        coefficients = ppo.LossCoefficients(clip_eps=hyper.clip_eps, vf_coef=hyper.vf_coef,
-                                            ent_coef=hyper.ent_coef, teacher_coef=hyper.teacher_coef,
-                                            teacher_program_coef=program_teacher_coef(hyper))
+        coefficients = ppo.LossCoefficients(clip_eps=hyper["clip_eps"], vf_coef=hyper["vf_coef"],
+                                            ent_coef=hyper["ent_coef"])
         grad_fn = eqx.filter_value_and_grad(ppo.loss, has_aux=True)
-        (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name)
+        (_, metrics), grads = grad_fn(params, batch, coefficients, self.config.precision, self.axis_name,
+                                      self.features, hyper)
         if self.axis_name is not None:
             grads = lax.pmean(grads, self.axis_name)
         metrics["ppo/grad_norm"] = ppo.global_norm(grads)
-        optimizer = make_optimizer(hyper.lr, hyper.max_grad_norm)
+        optimizer = make_optimizer(hyper["lr"], hyper["max_grad_norm"])
         # optax mixes Python floats with its int32 step count: not strict-promotion clean
         with jax.numpy_dtype_promotion("standard"):
             updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
-
-    def normalise_values(self, params: Network, targets: Float[Array, "T n"], step: Float[Array, ""],
-                         update: Int32[Array, ""]) -> Network:
-        """One member's PopArt step before its epochs: move the value statistics towards
-        this batch's targets (`ppo.value_statistics`) at rate `max(step, 1 / (update + 1))`,
-        and rescale the value head so that its values are unchanged. `step` 0 changes
-        nothing."""
-        rate = jnp.maximum(step, 1.0 / (update.astype(jnp.float32) + 1.0))
-        shift, scale = ppo.value_statistics(targets, params.value_shift, params.value_scale, rate,
-                                            self.axis_name)
-        updated = popart_update(params, shift, scale)
-        return jax.tree.map(lambda new, old: jnp.where(step > 0, new, old), updated, params)
 
     def train_epochs(self, params: Network, opt_state: PyTree, samples: Samples, key: PRNGKeyArray,
                      hyper: Hyper):
@@ -634,9 +428,9 @@ class Learner(eqx.Module):
         minibatch steps, [P]) and its rollout statistics (totals over every device).
         """
         config = self.config
-        # the teacher's weight at this update's start (a constant through the update)
-        hyper = eqx.tree_at(lambda h: h.teacher_coef, hyper,
-                            teacher_weight(hyper.teacher_coef, state.env_steps, config.teacher_steps))
+        # the features' values at this update's start (e.g. the teacher's annealed weight)
+        for feature in self.features:
+            hyper = feature.anneal(hyper, state.env_steps)
         split = jax.vmap(lambda data: jax.random.split(_key(data), 3))(state.key)
         next_keys, rollout_keys, epochs_keys = split[:, 0], split[:, 1], split[:, 2]
         envs, trajectory, stats = self.rollout(state.params, state.envs, rollout_keys, hyper)
@@ -645,21 +439,18 @@ class Learner(eqx.Module):
         def learn(params, opt_state, trajectory, last_value, key, hyper):
             advantages, targets = ppo.gae(trajectory.reward, trajectory.value, trajectory.done,
                                           trajectory.truncated, trajectory.bootstrap_value, last_value,
-                                          hyper.gamma, hyper.gae_lambda)
-            params = self.normalise_values(params, targets, hyper.value_norm, state.update)
+                                          hyper["gamma"], hyper["gae_lambda"])
+            for feature in self.features:
+                params = feature.before_epochs(params, targets, hyper, state.update)
             samples = Samples(obs=trajectory.obs, mask=trajectory.mask, action=trajectory.action,
                               log_prob=trajectory.log_prob, advantage=advantages, target=targets,
-                              teacher_action=trajectory.teacher_action, teacher_seeks=trajectory.teacher_seeks)
+                              extras=trajectory.extras)
             params, opt_state, metrics = self.train_epochs(params, opt_state, samples, key, hyper)
             metrics["ppo/explained_variance"] = ppo.explained_variance(trajectory.value, targets,
                                                                        self.axis_name)
-            metrics["ppo/lr"] = hyper.lr
-            metrics["value/shift"] = params.value_shift
-            metrics["value/scale"] = params.value_scale
-            if trajectory.teacher_action is not None:
-                metrics["teacher/coef"] = hyper.teacher_coef
-            if trajectory.teacher_seeks is not None:
-                metrics["teacher/program_coef"] = program_teacher_coef(hyper)
+            metrics["ppo/lr"] = hyper["lr"]
+            for feature in self.features:
+                metrics.update(feature.metrics(params, hyper))
             return params, opt_state, metrics
 
         # The trajectory is [T, P, n]: each member's share is taken along axis 1.
@@ -697,12 +488,14 @@ class Learner(eqx.Module):
             "episode/max_stage": jnp.max(stats.max_stage, axis=0),
             "episode/win_rate": total.wins.astype(jnp.float32) / denominator,
         }
-        for i, name in enumerate(self.env.reward_terms):
+        for i, name in enumerate(vector.reward_terms(self.env)):
             out[f"reward/{name}"] = total.reward_terms[:, i] / steps
-        out.update(jax.vmap(self.env.action_metrics)(total.actions / steps))
-        # The same statistics of where each action was legal, as `legal/...` (health checks).
+        # The env's statistics of the actions taken, as `actions/...`, and of where each
+        # action was legal, as `legal/...` (health checks).
+        taken = jax.vmap(self.env.action_metrics)(total.actions / steps)
         legal = jax.vmap(self.env.action_metrics)(total.legal / steps)
-        out.update({"legal/" + name.removeprefix("actions/"): value for name, value in legal.items()})
+        out.update({"actions/" + name: value for name, value in taken.items()})
+        out.update({"legal/" + name: value for name, value in legal.items()})
         return out
 
 
@@ -769,14 +562,14 @@ def _build(learner: Learner, key_data: UInt32[Array, "P 2"]) -> TrainState:
                       update=jnp.int32(0), env_steps=jnp.zeros((2,), jnp.uint32))
 
 
-def abstract_train_state(resolved: ResolvedConfig, env: AbstractEnv | None = None) -> TrainState:
+def abstract_train_state(resolved: ResolvedConfig, env: Environment | None = None) -> TrainState:
     """The shapes and dtypes of a TrainState (`jax.ShapeDtypeStruct` leaves): a template."""
-    learner = Learner(env=env if env is not None else HackMatrixEnv(), config=resolved)
+    learner = Learner(env=env if env is not None else HackMatrix(), config=resolved)
     return jax.eval_shape(lambda data: _build(learner, data),
                           jax.ShapeDtypeStruct((resolved.num_members, 2), jnp.uint32))
 
 
-def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
+def init(resolved: ResolvedConfig, key=None, *, env: Environment | None = None,
          mesh: Mesh | None = None) -> TrainState:
     """A new TrainState on the mesh: fresh networks and optimizer states, empty env slots.
 
@@ -787,10 +580,10 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
     Args:
         resolved: the run's configuration.
         key: see `_member_key_data`; default: each member's seed.
-        env: default `HackMatrixEnv()`.
+        env: default `HackMatrix()`.
         mesh: default `make_mesh(resolved.devices)`.
     """
-    env = env if env is not None else HackMatrixEnv()
+    env = env if env is not None else HackMatrix()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
     learner = Learner(env=env, config=resolved)
     shardings = train_state_shardings(abstract_train_state(resolved, env), mesh)
@@ -800,7 +593,7 @@ def init(resolved: ResolvedConfig, key=None, *, env: AbstractEnv | None = None,
 
 
 def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
-                env: AbstractEnv | None = None, mesh: Mesh | None = None) -> TrainState:
+                env: Environment | None = None, mesh: Mesh | None = None) -> TrainState:
     """Continue with a different batch layout (num_envs, device or host count).
 
     Keeps the parameters and the update and env-step counters; re-initialises the
@@ -808,7 +601,7 @@ def reshard_for(train_state: TrainState, resolved: ResolvedConfig, key=None, *,
     draws new run keys from `key` (default: each member's seed folded with the update
     count, so a resumed run does not repeat its earlier randomness).
     """
-    env = env if env is not None else HackMatrixEnv()
+    env = env if env is not None else HackMatrix()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
     host = to_host((train_state.params, train_state.update, train_state.env_steps))
     params, update, env_steps = host
@@ -833,8 +626,16 @@ def place_hyper(resolved: ResolvedConfig, mesh: Mesh | None = None) -> Hyper:
     return to_global(make_hyper(resolved), hyper_shardings(resolved, mesh))
 
 
-def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh: Mesh | None = None):
+def make_train_fn(resolved: ResolvedConfig, env: Environment | None = None, mesh: Mesh | None = None,
+                  teacher_policy=None, program_count=None):
     """The fused training program: `train_chunk(train_state, hyper=None) -> (train_state, metrics)`.
+
+    `resolved` is any resolved config; `resolve(TrainConfig(), ...)` is the project's
+    default, the same that `bin/train` runs. The training features it asks for
+    (`hm.train.features.build`) are checked against `env` here: one the env cannot serve
+    raises `ConfigError` naming its flag. `teacher_policy(states, mask, keys)` replaces
+    the greedy teacher and `program_count(game_state)` the game's count of programs owned
+    (tests train probe environments with them).
 
     One call runs `resolved.updates_per_call` PPO updates of every member on every device
     of `mesh`. `hyper` is the members' hyper-parameters (default: the config's,
@@ -845,26 +646,24 @@ def make_train_fn(resolved: ResolvedConfig, env: AbstractEnv | None = None, mesh
 
     Metrics (replicated, one value per member: shape [P]): `loss/{total,policy,value,entropy}`,
     `ppo/{approx_kl,clip_frac,explained_variance,grad_norm,lr}` averaged over every
-    minibatch step of the call; `value/{shift,scale}` the value statistics (PopArt; 0 and
-    1 without `--value-norm`), averaged over the call's updates; with a teacher,
-    `loss/teacher` (its cross-entropy on the labelled samples), `teacher/agreement` (the
-    share of them where the policy's likeliest action is the teacher's) and
-    `teacher/coef` (its annealed weight); with `--teacher-program-floor` also
-    `teacher/program_coef` (what its program labels weigh on top) and
-    `teacher/program_share` (the share of labels that seek programs); `episode/{return,length,highest_stage,win_rate}` means
+    minibatch step of the call; with PopArt (`--value-norm`), `value/{shift,scale}` the
+    value statistics, averaged over the call's updates; with a teacher, `loss/teacher`
+    (its cross-entropy on the labelled samples), `teacher/agreement` (the share of them
+    where the policy's likeliest action is the teacher's) and `teacher/coef` (its
+    annealed weight); `episode/{return,length,highest_stage,win_rate}` means
     over the episodes that finished during the call (`episode/count` of them; 0 when
     none did), `episode/max_stage` the highest stage any of them reached;
     `reward/<term>` each reward term's mean per env step; `actions/...` fractions of env
     steps (see the env's `action_metrics`), `legal/...` the same of the legal actions;
     and the scalar `env_steps`, each member's env steps of this call.
     """
-    env = env if env is not None else HackMatrixEnv()
+    env = env if env is not None else HackMatrix()
     mesh = mesh if mesh is not None else make_mesh(resolved.devices)
     if mesh.devices.size != resolved.devices:
         raise ValueError(f"the mesh has {mesh.devices.size} devices but the config was resolved "
                          f"for {resolved.devices}")
-    check_env(env, resolved)  # a bad term name, or a flag the env cannot serve, fails here naming the flag
-    learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS)
+    active = features.build(env, resolved, DATA_AXIS, teacher_policy, program_count)  # what the env cannot serve fails here
+    learner = Learner(env=env, config=resolved, axis_name=DATA_AXIS, features=active)
     template = abstract_train_state(resolved, env)
     specs = _specs(template)
     hyper_specs = jax.tree.map(lambda _: PartitionSpec(), make_hyper(resolved))

@@ -22,7 +22,7 @@
   conjunction of those and one of 36 cells' channels; here it is a fixed input. No
   parameters of its own: the first dense layer reads 2620 numbers instead of 1545
   (forward 1.6x the MLP's FLOPs). It needs the game's observation layout. The trainer's
-  default for the game (`HackMatrixEnv.default_network`; docs/learning.md#local-view).
+  default (`TrainConfig.network`; docs/results.md#default-network).
 
 `critic="shared"` runs one trunk (and encoder) for both heads, which halves the cost of
 the network, where PPO spends its time on CPU; `critic="separate"` gives the value head
@@ -63,8 +63,10 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from hm.game import constants as C
 from hm.train import precision as precision_lib
-from hm.train.config import CRITICS
-from hm.train.config import NETWORKS as KINDS
+
+# The network kinds (`--network`) and critic options (`--critic`).
+KINDS = ("mlp", "conv", "local")
+CRITICS = ("shared", "separate")
 
 # GridEncoder sizes: input planes are the 42 grid channels, the player's cell and an
 # "on the board" plane (so the zero padding of the 3x3 convolution reads as off-board).

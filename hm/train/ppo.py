@@ -61,10 +61,8 @@ class Minibatch(eqx.Module):
     log_prob: Float[Array, " B"]      # under the sampling policy and mask
     advantage: Float[Array, " B"]
     target: Float[Array, " B"]        # value target (GAE return)
-    # a scripted teacher's action where it labelled the sample, -1 elsewhere; None: no teacher
-    teacher_action: Int32[Array, " B"] | None = None
-    # whether the teacher's label moves towards owning a program; None: no program floor
-    teacher_seeks: Bool[Array, " B"] | None = None
+    # what the training features stored with each sample (`Feature.labels`), by name
+    extras: dict[str, Array] = eqx.field(default_factory=dict)
 
 
 class LossCoefficients(eqx.Module):
@@ -73,21 +71,19 @@ class LossCoefficients(eqx.Module):
     clip_eps: float | Float[Array, ""]
     vf_coef: float | Float[Array, ""]
     ent_coef: float | Float[Array, ""]
-    teacher_coef: float | Float[Array, ""] = 0.0
-    # what the labels that seek programs weigh on top of teacher_coef (`--teacher-program-floor`)
-    teacher_program_coef: float | Float[Array, ""] = 0.0
 
 
-def _mean(x: Array, axis_name: str | None) -> Array:
+def mean(x: Array, axis_name: str | None) -> Array:
+    """The mean of `x`, over the global batch under `axis_name`."""
     m = jnp.mean(x)
     return m if axis_name is None else lax.pmean(m, axis_name)
 
 
 def normalise(x: Float[Array, " B"], axis_name: str | None) -> Float[Array, " B"]:
     """Zero mean, unit std over the (global) minibatch."""
-    mean = _mean(x, axis_name)
-    var = _mean(jnp.square(x - mean), axis_name)
-    return (x - mean) / (jnp.sqrt(var) + 1e-8)
+    centre = mean(x, axis_name)
+    var = mean(jnp.square(x - centre), axis_name)
+    return (x - centre) / (jnp.sqrt(var) + 1e-8)
 
 
 def loss(
@@ -96,11 +92,11 @@ def loss(
     coefficients: LossCoefficients,
     precision: str,
     axis_name: str | None = None,
+    features: tuple = (),
+    hyper: dict[str, Array] | None = None,
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
-    """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy
-    (+ teacher_coef * the teacher's cross-entropy, when the batch has teacher actions,
-    + teacher_program_coef * the part of it from labels that seek programs, when the
-    batch marks them).
+    """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy, plus each
+    training feature's term (`Feature.loss`, given the logits, the batch and `hyper`).
 
     The value error is measured in the value head's normalised units: divided by the
     network's `value_scale` (PopArt; 1 unless the learner normalises values), so that
@@ -130,12 +126,12 @@ def loss(
     value_loss = 0.5 * jnp.mean(jnp.square(value_errors))
     entropy = jnp.mean(distributions.entropy(logits, batch.mask))
     total = policy_loss + coefficients.vf_coef * value_loss - coefficients.ent_coef * entropy
-    teacher_metrics = {}
-    if batch.teacher_action is not None:
-        teacher_loss, program_loss, teacher_metrics = _teacher_loss(logits, batch, axis_name)
-        total = total + coefficients.teacher_coef * teacher_loss
-        if program_loss is not None:
-            total = total + coefficients.teacher_program_coef * program_loss
+    feature_metrics = {}
+    for feature in features:
+        term, extra = feature.loss(logits, batch, hyper, axis_name)
+        if term is not None:
+            total = total + term
+        feature_metrics.update(extra)
     metrics = {
         "loss/total": total,
         "loss/policy": policy_loss,
@@ -143,42 +139,11 @@ def loss(
         "loss/entropy": entropy,
         "ppo/approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
         "ppo/clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > coefficients.clip_eps).astype(jnp.float32)),
-        **teacher_metrics,
+        **feature_metrics,
     }
     if axis_name is not None:
         metrics = lax.pmean(metrics, axis_name)
     return total, metrics
-
-
-def _teacher_loss(logits: Float[Array, "B actions"], batch: Minibatch, axis_name: str | None
-                  ) -> tuple[Float[Array, ""], Float[Array, ""] | None, dict[str, Float[Array, ""]]]:
-    """The policy's cross-entropy to the teacher's action, averaged over the samples the
-    teacher labelled (over the global minibatch; 0 when it labelled none); where the
-    batch marks the labels that seek programs, the same sum over those labels alone,
-    divided by the same count (None otherwise); and the metrics: the cross-entropy, the
-    share of labels where the policy's likeliest action is the teacher's, and the share
-    of labels that seek programs.
-
-    Like the other terms it is this device's share: its sum over the local labelled
-    samples, divided by the global labelled share times the local batch, so that the
-    gradients' `pmean` over devices is the gradient of the global mean.
-    """
-    taught = batch.teacher_action >= 0
-    # an unlabelled sample scores the action it took (any legal action would do: the
-    # teacher's -1 is not an action, and `where` discards the value)
-    target = jnp.where(taught, batch.teacher_action, batch.action)
-    cross_entropy = -distributions.log_prob(logits, batch.mask, target)
-    share = lax.stop_gradient(jnp.maximum(_mean(taught.astype(jnp.float32), axis_name), 1e-12))
-    loss = jnp.mean(jnp.where(taught, cross_entropy, 0.0)) / share
-    likeliest = jnp.argmax(jnp.where(batch.mask, logits.astype(jnp.float32), -jnp.inf), axis=-1)
-    agreement = jnp.mean((taught & (likeliest == batch.teacher_action)).astype(jnp.float32)) / share
-    metrics = {"loss/teacher": loss, "teacher/agreement": agreement}
-    if batch.teacher_seeks is None:
-        return loss, None, metrics
-    seeks = taught & batch.teacher_seeks
-    program_loss = jnp.mean(jnp.where(seeks, cross_entropy, 0.0)) / share
-    metrics["teacher/program_share"] = jnp.mean(seeks.astype(jnp.float32)) / share
-    return loss, program_loss, metrics
 
 
 # The smallest standard deviation the value statistics take (targets that hardly vary
@@ -200,10 +165,10 @@ def value_statistics(
     `nu = sigma^2 + mu^2`; then `sigma' = sqrt(nu' - mu'^2)`, at least `MIN_VALUE_SCALE`.
     `rate` 1 takes the batch's own statistics; 0 keeps `(shift, scale)` as they are.
     """
-    mean = _mean(targets, axis_name)
-    square = _mean(jnp.square(targets), axis_name)
+    first = mean(targets, axis_name)
+    square = mean(jnp.square(targets), axis_name)
     second = jnp.square(scale) + jnp.square(shift)
-    new_shift = shift + rate * (mean - shift)
+    new_shift = shift + rate * (first - shift)
     new_second = second + rate * (square - second)
     variance = jnp.maximum(new_second - jnp.square(new_shift), MIN_VALUE_SCALE**2)
     return new_shift, jnp.sqrt(variance)
@@ -213,11 +178,11 @@ def explained_variance(
     values: Float[Array, "*shape"], targets: Float[Array, "*shape"], axis_name: str | None = None
 ) -> Float[Array, ""]:
     """1 - Var[targets - values] / Var[targets] over the (global) batch; 0 if Var is 0."""
-    t_mean = _mean(targets, axis_name)
-    var_t = _mean(jnp.square(targets - t_mean), axis_name)
+    t_mean = mean(targets, axis_name)
+    var_t = mean(jnp.square(targets - t_mean), axis_name)
     residual = targets - values
-    r_mean = _mean(residual, axis_name)
-    var_r = _mean(jnp.square(residual - r_mean), axis_name)
+    r_mean = mean(residual, axis_name)
+    var_r = mean(jnp.square(residual - r_mean), axis_name)
     return jnp.where(var_t > 0, 1.0 - var_r / jnp.where(var_t > 0, var_t, 1.0), 0.0)
 
 

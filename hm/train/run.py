@@ -1,10 +1,11 @@
 """The run loop: everything the host does between two fused training calls.
 
 `make_train_fn` returns one compiled call that runs K whole PPO updates on every device.
-A `Trainer` owns one run around it: the run directory, resuming, the call itself,
-metrics to TensorBoard and the console, health warnings, checkpoints on a timer and at
-the end, the exported policy. `run` is the loop with signal handling and exit codes;
-`bin/train` only parses flags and calls it.
+A `Trainer` owns one run around it: it sets the run up (its directory, `hm.train.run_dir`;
+resuming, `hm.train.resume`), then makes the calls, logs metrics to TensorBoard and the
+console, checks health, saves checkpoints on a timer and at the end, and exports the
+policy. `run` is the loop with signal handling and exit codes; `bin/train`
+(`hm.tools.train`) only parses flags and calls it.
 
 Every process of a multi-host run executes the same code: decisions that involve a
 collective (stop, save) are agreed on by all processes, and only process 0 writes files,
@@ -15,7 +16,6 @@ import dataclasses
 import datetime
 import io
 import math
-import re
 import signal
 import sys
 import time
@@ -26,11 +26,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from hm.env import HackMatrix
 from hm.game.constants import GAME_VERSION
 from hm.train import (
-    HackMatrixEnv,
-    abstract_train_state,
     checkpoint,
+    features,
     init,
     make_mesh,
     make_train_fn,
@@ -39,19 +39,16 @@ from hm.train import (
     members,
     place_hyper,
     profiling,
-    reshard_for,
     resolve,
-    to_global,
+    resume,
     to_host,
     total_env_steps,
     validate,
 )
-from hm.train.checkpoint import Architecture, CheckpointError, CheckpointMeta, Layout
-from hm.train.config import ConfigError, auto_teacher_steps, to_dict
-from hm.train.config import from_dict as config_from_dict
-from hm.train.envs import describe
+from hm.train.checkpoint import Architecture, CheckpointMeta, Layout
+from hm.train.config import ConfigError, to_dict
+from hm.train.features.teacher import auto_teacher_steps
 from hm.train.health import HealthMonitor, HealthWarning, has_episodes
-from hm.train.learner import check_env
 from hm.train.logging import (
     RunLogger,
     format_config,
@@ -60,32 +57,14 @@ from hm.train.logging import (
     write_json,
 )
 from hm.train.progress import ProgressBar, format_count, format_duration
+from hm.train.run_dir import CONFIG_FILE, RUN_NAME, make_run_name, new_run_dir, refuse_taken
+from hm.train.vector import describe
 
 DEFAULT_COMPILE_CACHE = Path("~/.cache/hm/jax")
 DEFAULT_SAVE_MINUTES = 10.0
-CONFIG_FILE = "config.json"
-# What a resume with another batch layout keeps of a checkpoint (`reshard_for` needs these).
-KEPT_ON_LAYOUT_CHANGE = (checkpoint.PARAMS_PREFIX, ".update", ".env_steps")
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-# Config fields a resume does not take from the checkpoint: they describe the machine.
-MACHINE_FIELDS = frozenset({"devices"})
-# Fields added after runs had been saved, and the value that reproduces what such a run
-# trained with: a resume of a checkpoint whose config lacks one takes this value (unless
-# given explicitly), not the field's new default.
-# `reward_weights`: those runs trained on the env's own reward; `teacher_coef`: no teacher;
-# `network`: the MLP; `program_bonus`: no bonus.
-LEGACY_VALUES = {"reward_weights": (), "teacher_coef": 0.0, "network": "mlp", "program_bonus": 0.0}
-# Config fields whose None means the env's default: the trainer takes each from the env's
-# `default_<field>` (`hm.train.envs.AbstractEnv`) before the config is saved.
-ENV_DEFAULT_FIELDS = ("reward_weights", "teacher_coef", "program_bonus", "network")
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
-
-
-class RunError(Exception):
-    """A run that cannot start as asked (bad directory, name taken); the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,30 +153,6 @@ def configure_compile_cache(directory: Path | None) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def make_run_name(run_name: str | None, run_suffix: str | None, now: datetime.datetime | None = None) -> str:
-    """`--run-name`, or the start time (`20261122-031500`); `-<suffix>` appended if given."""
-    name = run_name or (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    return f"{name}-{run_suffix}" if run_suffix else name
-
-
-def new_run_dir(runs_dir: Path, name: str, automatic: bool) -> Path:
-    """Create a fresh directory for a new run and return it.
-
-    An explicit name that is taken is refused (two runs never share a directory); an
-    automatic one gets `-2`, `-3`... (runs started in the same second). Creating is
-    the reservation, so two runs starting together cannot both take a name.
-    """
-    runs_dir = Path(runs_dir).expanduser()
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    for candidate in [name] + ([f"{name}-{n}" for n in range(2, 1000)] if automatic else []):
-        try:
-            (runs_dir / candidate).mkdir()
-            return runs_dir / candidate
-        except FileExistsError:
-            continue
-    raise RunError(f"run directory {runs_dir / name} already exists; pick another --run-name, or --resume {runs_dir / name}")
-
-
 def _fields(config: Any) -> dict[str, Any]:
     """A `TrainConfig` or `ResolvedConfig` as JSON-able values."""
     return to_dict(config)
@@ -262,10 +217,10 @@ class Trainer:
     Args:
         config: the `TrainConfig` asked for.
         options: how to drive the run.
-        env: the environment (default `HackMatrixEnv()`).
+        env: the environment (default `hm.env.HackMatrix()`).
         explicit: on resume, the config fields given explicitly; the others come from
-            the checkpoint (but for `MACHINE_FIELDS`). None: every field comes from
-            `config`.
+            the checkpoint (`hm.train.resume.merge_config`). None: every field comes
+            from `config`.
         console: where console lines go (default stdout).
 
     Raises:
@@ -289,57 +244,46 @@ class Trainer:
         maybe_initialize_distributed(options.coordinator_address, options.num_processes, options.process_id)
         self.process_index = jax.process_index()
         self.is_writer = self.process_index == 0
-        self.env = env if env is not None else HackMatrixEnv()
+        self.env = env if env is not None else HackMatrix()
+        self._early_lines: list[str] = []  # said once the progress bar exists
 
         resume_from, meta = None, None
         if options.resume is not None:
-            resume_from = checkpoint.find_checkpoint(options.resume)
-            meta = checkpoint.read_meta(resume_from)
-            if explicit is not None:
-                known = _fields(config).keys() - explicit - MACHINE_FIELDS
-                stored = config_from_dict(meta.config)  # JSON lists back to the config's tuples
-                config = dataclasses.replace(config, **{k: getattr(stored, k) for k in known if k in meta.config})
-
-        if meta is not None:
-            legacy = {k: v for k, v in LEGACY_VALUES.items() if k not in meta.config and k not in (explicit or ())}
-            config = dataclasses.replace(config, **legacy)
-        # "the env's default" (None), made concrete for this env
-        config = dataclasses.replace(config, **{name: getattr(self.env, f"default_{name}")
-                                                for name in ENV_DEFAULT_FIELDS if getattr(config, name) is None})
+            resume_from, meta = resume.find_resumable(options.resume, self._early_lines.append)
+            config = resume.merge_config(config, meta, explicit)
         # the teacher's length, by default 4/5 of the run: concrete before the config is
         # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
         if config.teacher_steps is None:
             config = dataclasses.replace(config, teacher_steps=auto_teacher_steps(config.total_timesteps))
         validate(config, jax.device_count())
-        check_env(self.env, config)  # the reward terms' names, the teacher, potential and program count
         self.config = config
         configure_compile_cache(options.compile_cache)
         self.resolved = resolve(config, jax.default_backend(), jax.device_count())
+        features.build(self.env, self.resolved)  # refuses, naming the flag, what the env cannot serve
         self.num_devices = self.resolved.devices
         self.batch_size = config.num_envs * config.num_steps
         self.updates_per_call = int(self.resolved.updates_per_call)
         self.num_updates = self.resolved.num_updates
-        self.architecture = Architecture(config.hidden_dim, config.num_layers, self.env.obs_size, self.env.num_actions,
+        (obs_size,) = self.env.observation_shape
+        self.architecture = Architecture(config.hidden_dim, config.num_layers, obs_size, self.env.num_actions,
                                          network=config.network, critic=config.critic)
         self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
         self.members = members(self.resolved)
         if meta is not None:
-            reasons = checkpoint.refusal_reasons(meta, self.architecture, GAME_VERSION, describe(self.env),
-                                                 [m.name for m in self.members])
-            if reasons:
-                raise CheckpointError(f"cannot resume from {resume_from}: " + "; ".join(reasons))
+            resume.refuse_mismatch(resume_from, meta, self.architecture, GAME_VERSION, describe(self.env),
+                                   [m.name for m in self.members])
 
         continuing = self._continued_run_dir(resume_from)
-        if continuing is None and options.run_name is not None:
-            taken = Path(options.runs_dir).expanduser() / make_run_name(options.run_name, options.run_suffix)
-            if taken.exists():  # refuse now rather than after building the state
-                raise RunError(f"run directory {taken} already exists; pick another --run-name, or --resume {taken}")
+        if continuing is None:
+            refuse_taken(options.runs_dir, options.run_name, options.run_suffix)  # now, not after building the state
         self.progress = ProgressBar(
             self.num_updates * self.batch_size * len(self.members),
             console=self._console,
             enabled=self.is_writer,
             live=options.progress,
         )
+        for line in self._early_lines:
+            self.say(line)
         self.say(
             f"devices: {self.num_devices} x {jax.default_backend()} "
             f"({jax.process_count()} process{'es' if jax.process_count() > 1 else ''}, "
@@ -355,7 +299,7 @@ class Trainer:
         if meta is None:
             self.state = init(self.resolved, env=self.env, mesh=self.mesh)
         else:
-            self.state = self._restore(resume_from, meta)
+            self.state = resume.restore(resume_from, meta, self.resolved, self.env, self.mesh, self.layout, self.say)
             self.last_checkpoint = resume_from
         self.update, self.env_steps = int(to_host(self.state.update)), total_env_steps(self.state)
         self.hyper = place_hyper(self.resolved, self.mesh)
@@ -413,43 +357,6 @@ class Trainer:
         if not self.is_writer:  # writes nothing; process 0 picks the directory
             return Path(self.options.runs_dir).expanduser() / name
         return new_run_dir(self.options.runs_dir, name, automatic=self.options.run_name is None)
-
-    def _restore(self, path: Path, meta: CheckpointMeta) -> Any:
-        """The state to continue from `path`: exactly its state when the batch layout is
-        the same, else its weights and counters with fresh optimizer state and games."""
-        template = abstract_train_state(self.resolved, self.env)
-        param_problems = checkpoint.mismatched_leaves(template, meta, prefix=checkpoint.PARAMS_PREFIX)
-        if param_problems:
-            raise CheckpointError(f"cannot resume from {path}: parameters differ: " + "; ".join(param_problems))
-        where = f"{path} (update {meta.update}, {format_count(meta.env_steps)} steps)"
-        if meta.layout == self.layout:
-            problems = checkpoint.mismatched_leaves(template, meta)
-            if not problems:
-                host = checkpoint.fill(template, checkpoint.read_arrays(path))
-                self.say(f"resumed from {where}")
-                # Placed exactly as a fresh state is: the fused program's compiled form
-                # (and its cache entry) depends on its inputs' shardings.
-                fresh = init(self.resolved, env=self.env, mesh=self.mesh)
-                return to_global(host, jax.tree.map(lambda leaf: leaf.sharding, fresh))
-            why = "its optimizer or environment state does not fit this run: " + "; ".join(problems[:3])
-        else:
-            old, new = meta.layout, self.layout
-            why = "a new batch layout: " + ", ".join(
-                f"{what} {a} -> {b}"
-                for what, a, b in (
-                    ("num_envs", old.num_envs, new.num_envs),
-                    ("devices", old.num_devices, new.num_devices),
-                    ("processes", old.num_processes, new.num_processes),
-                )
-                if a != b
-            )
-        kept = checkpoint.read_arrays(path, prefix=KEPT_ON_LAYOUT_CHANGE)
-        host = checkpoint.fill(template, kept, prefix=KEPT_ON_LAYOUT_CHANGE)
-        self.say(
-            f"resumed weights from {where} with {why}; weights and counters kept, "
-            "optimizer state and environments re-initialised"
-        )
-        return reshard_for(host, self.resolved, env=self.env, mesh=self.mesh)
 
     def _describe(self, resume_from: Path | None) -> dict[str, Any]:
         return {

@@ -75,7 +75,7 @@ def test_api_shapes_and_dtypes():
         assert a.shape == b.shape and a.dtype == b.dtype
     assert reward.shape == () and reward.dtype == jnp.float32
     assert done.shape == () and done.dtype == jnp.bool_
-    assert set(info) == {"reward_terms", "stage", "final_observation", "action_mask",
+    assert set(info) == {"reward_terms", "stage", "programs_owned", "final_observation", "action_mask",
                          "episode_return", "episode_length", *INFO_FLAGS}
     assert set(info["reward_terms"]) == set(C.REWARD_TERMS)
     for term in info["reward_terms"].values():

@@ -18,7 +18,8 @@ import pytest
 
 from hm import game
 from hm.game import constants as C
-from hm.tools import evaluate, greedy, players, policy
+from hm.players import greedy
+from hm.tools import evaluate, players, policy
 from hm.train.envs import HackMatrixEnv
 from hm.train.network import Network
 
@@ -167,57 +168,6 @@ def test_greedy_scores_only_legal_actions():
     # Up and right each approach the exit (+0.05, −0.01 step) and stand 9 cells from it.
     np.testing.assert_allclose(scores[0, [UP, RIGHT]], 0.04 - 0.01 * 9, atol=1e-6)
     assert scores[0, WAIT] < scores[0, UP]
-
-
-def program_block(row: int, col: int, **fields) -> dict:
-    return {"row": row, "col": col, "type": "program", "programType": "wait", "spawnCount": 0, **fields}
-
-
-@pytest.mark.parametrize(("fields", "reach"), [
-    ({"blocks": [program_block(4, 3)]}, 0),                              # next to it: a siphon here takes it
-    ({"blocks": [program_block(2, 3)]}, 2),                              # (3, 3) reaches it, 2 steps down
-    ({"blocks": [program_block(2, 3)], "dataSiphons": 0}, -1),           # no siphon to take it with
-    ({"blocks": [program_block(4, 3)], "ownedPrograms": [WAIT]}, -1),    # owned already
-    ({"blocks": [program_block(4, 3, type="question", hidden="program")]}, -1),  # a question block: payload unseen
-    ({"blocks": [{"row": 4, "col": 3, "type": "data", "points": 2, "spawnCount": 0}]}, -1),
-])
-def test_program_reach_counts_the_steps_to_siphon_an_unowned_program(fields, reach):
-    fields = {"row": 5, "col": 3, "dataSiphons": 1, "ownedPrograms": [], **fields}
-    assert int(jax.jit(greedy.program_reach)(scenario(**fields))) == reach
-
-
-def test_a_teacher_that_values_programs_siphons_and_seeks_them_and_the_baseline_does_not():
-    """With a program weight (the teacher's `--teacher-program-value`, one per game) the
-    greedy rule siphons a program block next to it, and walks towards one out of reach
-    (down, away from the exit); with weight 0 (the baseline) it does neither."""
-    next_to = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(4, 3)])
-    two_away = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(2, 3)])
-    states = jax.tree.map(lambda *x: jnp.stack(x), next_to, next_to, two_away, two_away)
-    mask = jax.vmap(game.legal_actions)(states)
-    choose = eqx.filter_jit(greedy.choose_each)
-    weights = jnp.asarray([0.0, 2.0, 0.0, 2.0])
-    for k in range(4):
-        chosen = np.asarray(choose(states, mask, jax.random.split(jax.random.key(k), 4), program_weight=weights))
-        assert chosen[0] != C.ACTION_SIPHON and chosen[1] == C.ACTION_SIPHON
-        assert chosen[2] == RIGHT and chosen[3] == DOWN
-    owned = scenario(row=5, col=3, ownedPrograms=[WAIT, C.PROGRAM_ACTION_OFFSET + C.UNDO])
-    assert float(jax.jit(greedy.program_value)(owned)) == 2.0          # two owned, no siphon to seek with
-    seeking = jax.jit(greedy.program_value)(two_away)                  # 2 steps from reach: 0.3 × 4/6
-    assert float(seeking) == pytest.approx(greedy.SEEK_SHARE * 4 / greedy.SEEK_CELLS)
-
-
-def test_seeks_program_marks_the_siphon_that_takes_one_and_the_step_towards_one():
-    """`seeks_program` (the labels `--teacher-program-floor` keeps weighing): siphoning a
-    program block and walking towards siphon reach of one raise the program value; the
-    step right (towards the exit, away from the block) and siphoning nothing do not."""
-    next_to = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(4, 3)])
-    two_away = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[], blocks=[program_block(2, 3)])
-    bare = scenario(row=5, col=3, dataSiphons=1, ownedPrograms=[])
-    states = jax.tree.map(lambda *x: jnp.stack(x), next_to, next_to, two_away, two_away, bare)
-    actions = jnp.asarray([C.ACTION_SIPHON, RIGHT, DOWN, RIGHT, C.ACTION_SIPHON], jnp.int32)
-    keys = jax.random.split(jax.random.key(0), 5)
-    seeks = np.asarray(jax.jit(greedy.seeks_program)(states, actions, keys))
-    np.testing.assert_array_equal(seeks, [True, False, True, False, False])
 
 
 # --- the report, the command line and the API ---------------------------------------------

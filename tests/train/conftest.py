@@ -1,14 +1,18 @@
 """Shared by the run-level tests: a tiny run and the compilation cache they share."""
 
+import dataclasses
 from pathlib import Path
 
 import jax
 import pytest
 
-from hm.train import TrainConfig
+from hm.train import PRESETS
 
-# 2 updates per call, 4 updates per run: two calls.
-TINY = TrainConfig(
+# Plain PPO on NullEnv (no game to teach or to count programs in); 2 updates per call,
+# 4 updates per run: two calls.
+TINY = dataclasses.replace(
+    PRESETS["plain"],
+    network="mlp",
     num_envs=8,
     num_steps=8,
     total_timesteps=8 * 8 * 4,

@@ -23,21 +23,23 @@ from hm.train.config import ConfigError, TrainConfig, resolve, validate
 from hm.train.learner import init, make_train_fn, total_env_steps
 
 
-def config(devices: int) -> TrainConfig:
+def config(devices: int) -> TrainConfig:  # noqa: D103
     # 6 steps, 4 minibatches: groups of 2 env slots (the general minibatch layout); a
     # population of 2 learning rates x 2 seeds, so members and devices are both exercised;
     # value normalisation on, so its statistics (means over every device) are compared too;
     # and a teacher on every other slot, so its slots (2 of each device's 4) and its loss's
     # share (a mean over every device) are compared as well
-    return TrainConfig(num_envs=16, num_steps=6, total_timesteps=16 * 6 * 2, hidden_dim=32,
-                       num_minibatches=4, update_epochs=2, updates_per_call=2, lr=5e-3, gamma=0.9,
-                       ent_coef=0.01, max_episode_steps=5, precision="f32", devices=devices,
-                       value_norm=0.1, num_seeds=2, sweep=(("lr", (5e-3, 1e-3)),),
-                       teacher_coef=0.5, teacher_every=2)
+    from probes import plain
+
+    return plain(num_envs=16, num_steps=6, total_timesteps=16 * 6 * 2, hidden_dim=32,
+                 num_minibatches=4, update_epochs=2, updates_per_call=2, lr=5e-3, gamma=0.9,
+                 ent_coef=0.01, max_episode_steps=5, precision="f32", devices=devices,
+                 value_norm=0.1, num_seeds=2, sweep=(("lr", (5e-3, 1e-3)),),
+                 teacher_coef=0.5, teacher_every=2)
 
 
 def train_one_chunk(devices: int):
-    from probes import taught_probe_suite
+    from probes import last_legal, taught_probe_suite
 
     cfg = config(devices)
     validate(cfg, jax.device_count())
@@ -45,7 +47,7 @@ def train_one_chunk(devices: int):
     env = taught_probe_suite()
     mesh = mesh_lib.make_mesh(devices)
     state = init(resolved, env=env, mesh=mesh)   # each member from its own seed
-    state, metrics = make_train_fn(resolved, env, mesh)(state)
+    state, metrics = make_train_fn(resolved, env, mesh, teacher_policy=last_legal)(state)
     leaves = mesh_lib.to_host(jax.tree.leaves(state.params))
     extra = {"loss": mesh_lib.to_host(metrics["loss/total"]).tolist(), "steps": total_env_steps(state),
              "episodes": mesh_lib.to_host(metrics["episode/count"]).tolist()}

@@ -12,16 +12,18 @@ training run checks them all:
 * "loop": reward +1 forever, cut at max_episode_steps -> V = 1/(1-gamma) only if
   truncation is bootstrapped (as death it would be about (1-gamma^k)/(1-gamma)).
 
-`LastLegal` adds a scripted teacher (the highest-numbered legal action) to a tabular MDP;
-`taught_probe_suite()` is the probe suite with it.
+`last_legal` is a scripted teacher (the highest-numbered legal action) for any MDP;
+`taught_probe_suite()` is the probe suite with rewards that suit it.
 
 `GridProbe` shows the same MDP in the game's observation layout, for networks that
 read the board.
 
-`train_twice(config, env)` trains a config on a probe for two compiled calls.
+Each is an `hm.env.Environment`, as the learner takes it. `train_twice(config, env)`
+trains a config on a probe for two compiled calls; `PLAIN` is the tiny plain-PPO config
+the probes train with (the default config's teacher and program bonus need the game).
 """
 
-from typing import ClassVar
+import dataclasses
 
 import equinox as eqx
 import jax
@@ -29,10 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int32
 
+from hm.env import Environment
 from hm.game import constants as C
-from hm.train import TrainConfig, to_host
+from hm.train import PRESETS, TrainConfig, to_host
 from hm.train.config import resolve
-from hm.train.envs import AbstractEnv, EnvInfo
 from hm.train.learner import init, make_train_fn
 from hm.train.mesh import make_mesh
 
@@ -45,7 +47,17 @@ class TabularState(eqx.Module):
     state: Int32[Array, ""]
 
 
-class TabularEnv(AbstractEnv):
+def plain(**fields) -> TrainConfig:
+    """The plain-PPO preset with `fields` changed (the probes have no game to teach)."""
+    return dataclasses.replace(PRESETS["plain"], network="mlp", **fields)
+
+
+def info(reward):
+    """What the learner reads of a step's info (`hm.train.vector`)."""
+    return {"reward_terms": {"reward": reward}, "stage": jnp.int32(1), "won": jnp.bool_(False)}
+
+
+class TabularEnv(Environment):
     """A finite MDP: one-hot observations of `num_states` states."""
 
     reward: Float[Array, "S A"]
@@ -53,9 +65,8 @@ class TabularEnv(AbstractEnv):
     terminal: Bool[Array, "S A"]
     legal: Bool[Array, "S A"]
     start_logits: Float[Array, " S"]
-    obs_size: int = eqx.field(static=True)
+    observation_shape: tuple[int, ...] = eqx.field(static=True)
     num_actions: int = eqx.field(static=True)
-    reward_terms: tuple[str, ...] = eqx.field(static=True, default=("reward",))
 
     def __init__(self, reward, next_state, terminal, legal, start_probs):
         self.reward = jnp.asarray(reward, jnp.float32)
@@ -64,24 +75,24 @@ class TabularEnv(AbstractEnv):
         self.legal = jnp.asarray(legal, bool)
         with np.errstate(divide="ignore"):
             self.start_logits = jnp.asarray(np.log(np.asarray(start_probs, np.float64)), jnp.float32)
-        self.obs_size, self.num_actions = self.reward.shape
+        states, self.num_actions = self.reward.shape
+        self.observation_shape = (states,)
 
-    def observe(self, state):
-        return jax.nn.one_hot(state.state, self.obs_size, dtype=jnp.float32)
+    def game_observation(self, game_state):
+        return jax.nn.one_hot(game_state.state, self.observation_shape[0], dtype=jnp.float32)
 
-    def reset(self, key):
+    def reset_env(self, key, params):
         state = TabularState(state=jax.random.categorical(key, self.start_logits).astype(jnp.int32))
-        return state, self.observe(state)
+        return self.game_observation(state), state
 
-    def step(self, state, action, key):
-        s = state.state
+    def step_env(self, key, game_state, action):
+        s = game_state.state
         reward = self.reward[s, action]
         new = TabularState(state=self.next_state[s, action])
-        info = EnvInfo(reward_terms=reward[None], stage=jnp.int32(1), won=jnp.bool_(False))
-        return new, self.observe(new), reward, self.terminal[s, action], info
+        return self.game_observation(new), new, reward, self.terminal[s, action], info(reward)
 
-    def legal_actions(self, state):
-        return self.legal[state.state]
+    def game_action_mask(self, game_state):
+        return self.legal[game_state.state]
 
 
 def probe_suite() -> TabularEnv:
@@ -108,60 +119,56 @@ def probe_suite() -> TabularEnv:
     return TabularEnv(reward, next_state, terminal, legal, start / start.sum())
 
 
-class LastLegal(TabularEnv):
-    """A tabular MDP whose teacher always says the highest-numbered legal action."""
-
-    teacher: ClassVar[str | None] = "last-legal"
-
-    def teacher_actions(self, states, mask, keys, program_value):
-        return (mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
+def last_legal(states, mask, keys):
+    """A teacher (`make_train_fn(..., teacher_policy=last_legal)`) that always says the
+    highest-numbered legal action."""
+    del states, keys
+    return (mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
 
 
-def taught_probe_suite() -> LastLegal:
-    """The probe suite with the last-legal teacher; its rewards vary, so the
-    advantages are well conditioned and runs can be compared to float rounding."""
-    suite = probe_suite()
-    return LastLegal(suite.reward, suite.next_state, suite.terminal, suite.legal, np.exp(suite.start_logits))
+def taught_probe_suite() -> TabularEnv:
+    """The probe suite for the last-legal teacher; its rewards vary, so the advantages
+    are well conditioned and runs can be compared to float rounding."""
+    return probe_suite()
 
 
-class GridProbe(AbstractEnv):
+class GridProbe(Environment):
     """A tabular probe seen through the game's observation layout (for networks that
     read the board): state s is a pickup on cell s, the player stands on the last cell."""
 
     tabular: TabularEnv
-    obs_size: int = eqx.field(static=True, default=C.OBS_FLAT_SIZE)
+    observation_shape: tuple[int, ...] = eqx.field(static=True, default=(C.OBS_FLAT_SIZE,))
     num_actions: int = eqx.field(static=True, default=0)
-    reward_terms: tuple[str, ...] = eqx.field(static=True, default=("reward",))
 
     def __init__(self, tabular: TabularEnv):
-        assert tabular.obs_size <= C.NUM_CELLS
+        assert tabular.observation_shape[0] <= C.NUM_CELLS
         self.tabular = tabular
         self.num_actions = tabular.num_actions
 
-    def observe(self, state):
+    def game_observation(self, state):
         head = C.PLAYER_FEATURES + C.NUM_PROGRAMS
         grid = jax.nn.one_hot(state.state, C.NUM_CELLS, dtype=jnp.float32)[:, None] * jax.nn.one_hot(
             C.CH_PICKUP, C.GRID_CHANNELS, dtype=jnp.float32)[None, :]
         player = jnp.zeros(head, jnp.float32).at[:2].set(1.0)  # row 5 / 5, col 5 / 5
         return jnp.concatenate([player, grid.reshape(-1)])
 
-    def reset(self, key):
-        state, _ = self.tabular.reset(key)
-        return state, self.observe(state)
+    def reset_env(self, key, params):
+        _, state = self.tabular.reset_env(key, params)
+        return self.game_observation(state), state
 
-    def step(self, state, action, key):
-        state, _, reward, done, info = self.tabular.step(state, action, key)
-        return state, self.observe(state), reward, done, info
+    def step_env(self, key, game_state, action):
+        _, state, reward, done, step_info = self.tabular.step_env(key, game_state, action)
+        return self.game_observation(state), state, reward, done, step_info
 
-    def legal_actions(self, state):
-        return self.tabular.legal_actions(state)
+    def game_action_mask(self, game_state):
+        return self.tabular.game_action_mask(game_state)
 
 
-def train_twice(config: TrainConfig, env: AbstractEnv):
+def train_twice(config: TrainConfig, env: Environment, **hooks):
     """Two calls of `config` on `env` (one device, CPU); the final state and the last
-    call's metrics, on the host."""
+    call's metrics, on the host. `hooks`: `make_train_fn`'s `teacher_policy`, `program_count`."""
     resolved, mesh = resolve(config, "cpu", 1), make_mesh(1)
-    step = make_train_fn(resolved, env, mesh)
+    step = make_train_fn(resolved, env, mesh, **hooks)
     state, _ = step(init(resolved, env=env, mesh=mesh))
     state, metrics = step(state)
     return to_host(state), to_host(metrics)

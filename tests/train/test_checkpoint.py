@@ -255,29 +255,14 @@ def test_non_finite_state_is_detected():
 def test_unknown_format_is_refused(tmp_path):
     path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/999")
     with pytest.raises(CheckpointError, match="'hm-checkpoint/999' cannot be read .unknown format.; "
-                                              "this version reads 'hm-checkpoint/3'"):
+                                              "this version reads 'hm-checkpoint/4'"):
         checkpoint.read_meta(path)
 
 
 def test_a_checkpoint_from_before_populations_is_refused_with_the_reason(tmp_path):
     path = save_state(tmp_path, make_state(1), update=1, format="hm-checkpoint/1")
-    with pytest.raises(CheckpointError, match="written before populations"):
+    with pytest.raises(CheckpointError, match="written before the trainer.s redesign of 2026-12-02"):
         checkpoint.read_meta(path)
-
-
-def test_a_checkpoint_from_before_value_statistics_reads_with_the_identity(tmp_path):
-    # format 2 had no value_shift / value_scale leaves: they read as 0 and 1 per member
-    state = make_state(1)
-    state = eqx.tree_at(lambda s: s.params, state, jax.tree.map(lambda x: x[None], state.params))  # one member
-    old = eqx.tree_at(lambda s: (s.params.value_shift, s.params.value_scale), state, (None, None))
-    path = save_state(tmp_path, old, update=1, format="hm-checkpoint/2")
-    meta = checkpoint.read_meta(path)
-    assert meta.format == checkpoint.FORMAT and checkpoint.mismatched_leaves(state, meta) == []
-    arrays = checkpoint.read_arrays(path)
-    assert arrays[".params.value_shift"].tolist() == [0.0] and arrays[".params.value_scale"].tolist() == [1.0]
-    assert_trees_equal(checkpoint.fill(state, arrays), state)
-    assert set(checkpoint.read_arrays(path, prefix=".params.value_head")) == {
-        ".params.value_head.weight", ".params.value_head.bias"}
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):

@@ -1,7 +1,7 @@
 """`bin/train` flags: every bad value exits 2 with a message naming the flag, no traceback.
 
 Validation happens before anything is compiled, so these run in-process through
-`hm.train.cli.main` in well under a second each; one test goes through `bin/train`
+`hm.tools.train.main` in well under a second each; one test goes through `bin/train`
 itself in a subprocess.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hm.game.constants import GAME_VERSION, NUM_ACTIONS, OBS_FLAT_SIZE
+from hm.tools.train import TrainArgs, explicit_fields, main, named_fields
 from hm.train import checkpoint
 from hm.train.checkpoint import Architecture, CheckpointMeta, Layout
-from hm.train.cli import TrainArgs, explicit_fields, main
 from hm.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,6 @@ BAD_INPUT = [
     (["--num-processes", "2", "--process-id", "2", "--coordinator-address", "localhost:1"], "--process-id must be in [0, 1]"),
     (["--coordinator-address", "localhost:1"], "--coordinator-address, --num-processes and --process-id go together"),
     (["--value-norm", "2"], "--value-norm must be a number in [0, 1]; got 2.0"),
-    (["--shaping", "-1"], "--shaping must be a number >= 0; got -1.0"),
     (["--reward-weights", "distance"], "--reward-weights takes TERM=WEIGHT (e.g. distance=0); got 'distance'"),
     (["--reward-weights", "distance=x"], "--reward-weights distance: 'x' is not a number"),
     (["--reward-weights", "distance=nan"], "--reward-weights distance: the weight must be a finite number"),
@@ -129,9 +128,16 @@ def test_explicit_run_name_that_exists_is_refused(capsys, tmp_path):
     assert code == 2 and "already exists" in err and "--resume" in err
 
 
-def test_help_lists_every_flag_in_kebab_case(capsys):
+def test_help_lists_the_common_flags_and_help_all_every_flag_in_kebab_case(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
+    assert exit_info.value.code == 0
+    short = capsys.readouterr().out
+    shown = {token.strip("[],") for token in short.split() if token.startswith("--")}
+    assert len(shown) <= 20 and {"--config", "--num-envs", "--resume", "--help-all"} <= shown
+    assert "--teacher-every" not in shown and "--coordinator-address" not in shown
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help-all"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     for field in [*(f.name for f in dataclasses.fields(TrainConfig)), "log_interval", "save_interval_minutes",
@@ -153,22 +159,27 @@ def test_defaults_match_train_config():
 def test_reward_weights_parse_into_the_config():
     args = TrainArgs(prog="bin/train").parse_args(["--reward-weights", "distance=0", "siphon-death=0.5"])
     assert args.train_config().reward_weights == (("distance", 0.0), ("siphon_death", 0.5))
-    assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights is None  # the env's default
+    assert TrainArgs(prog="bin/train").parse_args([]).train_config().reward_weights == (("distance", 0.0),)
+    assert TrainArgs(prog="bin/train").parse_args(["--reward-weights", "none"]).train_config().reward_weights == ()
 
 
-def test_teacher_flags_parse_into_the_config_and_default_to_the_envs():
+def test_config_presets_and_the_flags_beside_them():
+    plain = TrainArgs(prog="bin/train").parse_args(["--config", "plain", "--lr", "0.01"])
+    argv = ["--config", "plain", "--lr", "0.01"]
+    config = plain.train_config(named_fields(argv))
+    assert (config.teacher_coef, config.program_bonus, config.reward_weights, config.lr) == (0.0, 0.0, (), 0.01)
+    # on --resume a preset counts as the fields it changes, given explicitly
+    assert {"teacher_coef", "program_bonus", "reward_weights", "lr", "config"} == explicit_fields(argv)
+
+
+def test_teacher_flags_parse_into_the_config_and_default_to_kickstarting():
     default = TrainArgs(prog="bin/train").parse_args([]).train_config()
-    assert default.teacher_coef is None and default.teacher_every is None  # the env's weight; auto
-    assert default.program_bonus is None  # the env's bonus
+    assert default.teacher_coef == 1.0 and default.teacher_every is None  # auto: 8
+    assert default.program_bonus == 3.0
     args = TrainArgs(prog="bin/train").parse_args(["--teacher-coef", "0.5", "--teacher-steps", "1000",
                                                    "--teacher-every", "4"])
     config = args.train_config()
     assert (config.teacher_coef, config.teacher_steps, config.teacher_every) == (0.5, 1000, 4)
-
-
-def test_shaping_parses_into_the_config_and_is_off_by_default():
-    assert TrainArgs(prog="bin/train").parse_args([]).train_config().shaping == 0.0
-    assert TrainArgs(prog="bin/train").parse_args(["--shaping", "0.5"]).train_config().shaping == 0.5
 
 
 def test_explicit_fields_reads_both_flag_forms():

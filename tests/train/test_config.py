@@ -6,6 +6,7 @@ import json
 import pytest
 
 from hm.train.config import (
+    PRESETS,
     ConfigError,
     ResolvedConfig,
     TrainConfig,
@@ -39,7 +40,7 @@ def test_auto_scaling_table(num_envs, num_steps, minibatches, epochs, lr):
 
 def test_default_config_resolves_as_the_issue_says():
     resolved = resolve(TrainConfig(), "cpu", 1)
-    # 2048 envs x 32 steps: 32 minibatches of 2,048 x 2 epochs (docs/learning.md#gradient-steps),
+    # 2048 envs x 32 steps: 32 minibatches of 2,048 x 2 epochs (docs/results.md),
     # 4 updates (2^18 steps) per call
     assert resolved.batch_size == 65536 and resolved.minibatch_size == 2048
     assert (resolved.num_minibatches, resolved.update_epochs) == (32, 2)
@@ -67,7 +68,7 @@ def test_auto_teacher_every_is_8_or_the_largest_divisor_of_8_that_splits_each_de
 
 
 def test_auto_teacher_steps_is_four_fifths_of_the_run():
-    # docs/learning.md#bonus3-teacher16-20m: the teacher's weight falls to 0 at 4/5 of the run
+    # the teacher's weight falls to 0 at 4/5 of the run (docs/results.md)
     resolved = resolve(TrainConfig(total_timesteps=12_345_678, teacher_coef=1.0), "cpu", 1)
     assert resolved.teacher_steps == 9_876_542 and "teacher_steps" in resolved.auto
     assert resolve(TrainConfig(total_timesteps=20_000_000), "cpu", 1).teacher_steps == 16_000_000
@@ -163,7 +164,7 @@ def test_defaults_are_valid():
 
 
 def test_every_field_is_a_cli_flag_and_resolved_adds_only_the_machine():
-    from hm.train.cli import TrainArgs
+    from hm.tools.train import TrainArgs
 
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     assert set(names) <= set(TrainArgs.__annotations__), "bin/train has a flag per field"
@@ -226,3 +227,15 @@ def test_bad_populations_name_the_flag(sweep, num_seeds, message):
         validate(TrainConfig(sweep=sweep, num_seeds=num_seeds), 1)
     assert error.value.flag == ("--num-seeds" if num_seeds == 0 else "--sweep")
     assert message in str(error.value)
+
+
+def test_one_set_of_defaults_and_the_plain_preset():
+    """`TrainConfig()` is the default config (`bin/train`, `make_train_fn`, the tools):
+    kickstarted PPO with the program bonus on the local network; `plain` is PPO alone,
+    and differs from it in nothing else."""
+    default, plain = TrainConfig(), PRESETS["plain"]
+    assert PRESETS["default"] == default
+    assert (default.network, default.teacher_coef, default.program_bonus, default.reward_weights) == (
+        "local", 1.0, 3.0, (("distance", 0.0),))
+    assert (plain.teacher_coef, plain.program_bonus, plain.reward_weights) == (0.0, 0.0, ())
+    assert dataclasses.replace(plain, teacher_coef=1.0, program_bonus=3.0, reward_weights=(("distance", 0.0),)) == default

@@ -1,4 +1,4 @@
-"""The curriculum (`--curriculum SHARE`, `--curriculum-max-stage K`; docs/learning.md).
+"""The curriculum (`--curriculum SHARE`, `--curriculum-max-stage K`; docs/rules.md#curriculum-starts).
 
 Checked: the flags are validated naming the flag, sweepable, and survive the config's
 round trip; each env slot starts its new episodes as its own settings ask (share 0: the
@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 from compiles import compilations
 
+from bench.null_env import NullEnv
+from hm.env import HackMatrix
 from hm.game import constants as C
 from hm.game import generation
 from hm.tools import evaluate
-from hm.train import HackMatrixEnv, NullEnv, TrainConfig, init, make_mesh, make_train_fn, resolve, to_host
+from hm.tools.train import main as train_main
+from hm.tools.train import parse_sweep
+from hm.train import TrainConfig, init, make_mesh, make_train_fn, resolve, to_host
 from hm.train import config as config_lib
-from hm.train import envs as envs_lib
-from hm.train.cli import main as train_main
-from hm.train.cli import parse_sweep
+from hm.train import vector as envs_lib
 from hm.train.config import ConfigError, members, validate
 from hm.train.learner import make_hyper, place_hyper
 from hm.train.run import RunOptions, Trainer
@@ -68,9 +70,9 @@ def test_the_settings_are_sweepable_and_round_trip():
     assert names[:2] == ["curriculum=0,curriculum-max-stage=3,seed=0",
                          "curriculum=0,curriculum-max-stage=8,seed=0"]
     hyper = make_hyper(resolved)
-    np.testing.assert_array_equal(hyper.curriculum, np.float32([0, 0, 0.5, 0.5]))
-    np.testing.assert_array_equal(hyper.curriculum_max_stage, np.int32([3, 8, 3, 8]))
-    assert hyper.curriculum_max_stage.dtype == np.int32
+    np.testing.assert_array_equal(hyper["curriculum"], np.float32([0, 0, 0.5, 0.5]))
+    np.testing.assert_array_equal(hyper["curriculum_max_stage"], np.int32([3, 8, 3, 8]))
+    assert hyper["curriculum_max_stage"].dtype == np.int32
     # a config written before the curriculum existed loads with it off
     old = config_lib.to_dict(resolve(TrainConfig(), "cpu", 1))
     del old["curriculum"], old["curriculum_max_stage"]
@@ -80,7 +82,7 @@ def test_the_settings_are_sweepable_and_round_trip():
 def test_a_share_sweep_gives_members_that_differ_only_in_the_share():
     resolved = resolve(dataclasses.replace(TrainConfig(), sweep=(("curriculum", (0.0, 0.5)),)), "cpu", 1)
     hyper = make_hyper(resolved)
-    np.testing.assert_array_equal(hyper.curriculum, np.float32([0.0, 0.5]))
+    np.testing.assert_array_equal(hyper["curriculum"], np.float32([0.0, 0.5]))
     for name in config_lib.SWEEPABLE:
         if name != "curriculum":
             values = getattr(hyper, name)
@@ -94,7 +96,7 @@ N = 16
 
 
 def started(share, max_stage=C.NUM_STAGES, seed=0):
-    env = HackMatrixEnv()
+    env = HackMatrix()
     keys = jax.random.split(jax.random.key(seed), N)
     fn = jax.jit(lambda keys, share, top: envs_lib.vector_start(
         env, envs_lib.vector_unstarted(env, N), keys, share, top))
@@ -104,7 +106,7 @@ def started(share, max_stage=C.NUM_STAGES, seed=0):
 
 @pytest.fixture(scope="module")
 def ordinary():
-    env = HackMatrixEnv()
+    env = HackMatrix()
     keys = jax.random.split(jax.random.key(0), N)
     return jax.jit(lambda keys: envs_lib.vector_start(env, envs_lib.vector_unstarted(env, N), keys))(keys)
 
@@ -120,13 +122,13 @@ def test_share_one_starts_every_game_at_a_later_stage(ordinary):
     stage = np.asarray(vec.state.stage)
     assert np.all((stage >= 2) & (stage <= 4)), stage
     assert len(set(stage)) > 1
-    env = HackMatrixEnv()
+    env = HackMatrix()
     np.testing.assert_array_equal(vec.obs, jax.vmap(env.observe)(vec.state))
     np.testing.assert_array_equal(vec.mask, jax.vmap(env.legal_actions)(vec.state))
 
 
 def test_each_slot_follows_its_own_settings():
-    env = HackMatrixEnv()
+    env = HackMatrix()
     keys = jax.random.split(jax.random.key(1), N)
     share = jnp.where(jnp.arange(N) < N // 2, 0.0, 1.0).astype(jnp.float32)
     vec = jax.jit(lambda k, s: envs_lib.vector_start(env, envs_lib.vector_unstarted(env, N), k, s, 2))(keys, share)
@@ -148,7 +150,7 @@ TINY_GAME = TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 4, hi
 
 
 def test_a_population_trains_each_member_on_its_own_share():
-    resolved, env, mesh = resolve(TINY_GAME, "cpu", 1), HackMatrixEnv(), make_mesh(1)
+    resolved, env, mesh = resolve(TINY_GAME, "cpu", 1), HackMatrix(), make_mesh(1)
     train = make_train_fn(resolved, env, mesh)
     state, metrics = train(init(resolved, env=env, mesh=mesh))
     assert np.all(np.isfinite(np.asarray(metrics["loss/total"])))
@@ -183,8 +185,8 @@ def test_a_resumed_run_keeps_its_curriculum(compile_cache, tmp_path):
     source = tmp_path / "runs" / "source"
     resumed = trainer(TrainConfig(), explicit=frozenset(), resume=source)
     assert (resumed.resolved.curriculum, resumed.resolved.curriculum_max_stage) == (0.3, 4)
-    np.testing.assert_array_equal(to_host(resumed.hyper.curriculum), np.float32([0.3]))
-    np.testing.assert_array_equal(to_host(resumed.hyper.curriculum_max_stage), np.int32([4]))
+    np.testing.assert_array_equal(to_host(resumed.hyper["curriculum"]), np.float32([0.3]))
+    np.testing.assert_array_equal(to_host(resumed.hyper["curriculum_max_stage"]), np.int32([4]))
     resumed.close()
     again = trainer(dataclasses.replace(TrainConfig(), curriculum=0.6), explicit=frozenset({"curriculum"}),
                     resume=source)

@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from probes import probe_suite
+from probes import plain, probe_suite
 
+from hm.env import HackMatrix
 from hm.game import constants as C
-from hm.train.config import TrainConfig, resolve
-from hm.train.envs import HackMatrixEnv
+from hm.train.config import resolve
 from hm.train.health import HealthMonitor, HealthThresholds, non_finite
 from hm.train.learner import Learner, StepStats, make_hyper
 
@@ -68,7 +68,7 @@ def test_clip_frac_threshold_is_035_held_for_five_updates():
 
 
 def test_clip_frac_at_the_start_of_a_run_is_not_a_warning():
-    """Like the local network's first updates (docs/learning.md#local-view): 0.29-0.44, then below 0.3."""
+    """Like the local network's first updates (docs/training.md#health-warnings): 0.29-0.44, then below 0.3."""
     monitor = HealthMonitor()
     start = [0.44, 0.41, 0.29, 0.38, 0.36] + [0.25] * 50
     assert kinds(monitor, ({**healthy(u), "ppo/clip_frac": c} for u, c in enumerate(start))) == []
@@ -184,8 +184,8 @@ def test_dying_count_restarts_when_the_action_comes_back():
 
 
 def tiny_config():
-    return resolve(TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8, hidden_dim=8,
-                               max_episode_steps=5, updates_per_call=1, precision="f32"), "cpu", 1)
+    return resolve(plain(num_envs=16, num_steps=8, total_timesteps=16 * 8, hidden_dim=8,
+                         max_episode_steps=5, updates_per_call=1, precision="f32"), "cpu", 1)
 
 
 def test_rollout_sums_the_masks_actions_were_sampled_under():
@@ -200,7 +200,7 @@ def test_rollout_sums_the_masks_actions_were_sampled_under():
 
 def test_legal_shares_reach_the_health_check_by_name():
     """`legal/<kind>` mirrors `actions/<kind>`, so the monitor pairs them (no game is run)."""
-    learner = Learner(env=HackMatrixEnv(), config=tiny_config())
+    learner = Learner(env=HackMatrix(), config=tiny_config())
     steps = learner.config.steps_per_call
     legal = jnp.zeros((C.NUM_ACTIONS,)).at[C.ACTION_SIPHON].set(0.5 * steps).at[:4].set(steps)
     actions = jnp.zeros((C.NUM_ACTIONS,)).at[0].set(steps)       # always up, never a siphon

@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from compiles import compilations
-from probes import PROBE_STATES, probe_suite
+from probes import PROBE_STATES, plain, probe_suite
 
-from hm.train import distributions
+from hm.env import HackMatrix
+from hm.train import distributions, features, vector
 from hm.train.config import ConfigError, TrainConfig, resolve
-from hm.train.envs import HackMatrixEnv
+from hm.train.features.reward import weight_vector
 from hm.train.learner import (
     Learner,
     Samples,
@@ -23,7 +24,6 @@ from hm.train.learner import (
     make_train_fn,
     member_of,
     reshard_for,
-    reward_weight_vector,
     total_env_steps,
 )
 from hm.train.mesh import make_mesh
@@ -38,7 +38,7 @@ def probe_config(**overrides):
               "hidden_dim": 32, "gamma": GAMMA, "ent_coef": 0.01, "lr": 5e-3,
               "max_episode_steps": 5, "updates_per_call": UPDATES, "precision": "f32"}
     fields.update(overrides)
-    return resolve(TrainConfig(**fields), "cpu", 1)
+    return resolve(plain(**fields), "cpu", 1)
 
 
 def run(resolved, env, calls=2, seed=0):
@@ -66,7 +66,7 @@ def probe_run():
 def policy_and_values(params, env, precision="f32"):
     """The probe's learned policy and values; `params` of a population of one (its member)."""
     params = member_of(params, 0)
-    logits, values = evaluate(params, jnp.eye(env.obs_size), precision)
+    logits, values = evaluate(params, jnp.eye(env.observation_shape[0]), precision)
     probs = distributions.probs(logits, env.legal)
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
 
@@ -104,8 +104,10 @@ def test_metrics_and_counters(probe_run):
         assert metrics[name].shape == (() if name == "env_steps" else (1,)), name
         assert np.all(np.isfinite(metrics[name])), name
     assert float(metrics["ppo/lr"][0]) == pytest.approx(5e-3)
-    # without --value-norm the value statistics stay the identity, exactly
-    assert (float(metrics["value/shift"][0]), float(metrics["value/scale"][0])) == (0.0, 1.0)
+    # without --value-norm PopArt is not built: no value statistics, and the network's stay the identity
+    assert "value/shift" not in metrics and "teacher/coef" not in metrics
+    network = member_of(probe_run.state.params, 0)
+    assert (float(network.value_shift), float(network.value_scale)) == (0.0, 1.0)
     assert int(metrics["env_steps"]) == 16 * 16 * UPDATES
     assert int(metrics["episode/count"][0]) > 0
     assert float(metrics["ppo/explained_variance"][0]) > 0.9
@@ -147,7 +149,7 @@ def test_same_seed_same_parameters(probe_run):
 def test_reshard_keeps_weights_and_counters(probe_run):
     bigger = dataclasses.replace(probe_run.resolved, num_envs=32)
     state = reshard_for(probe_run.state, bigger, env=probe_run.env, mesh=probe_run.mesh)
-    assert state.envs.obs.shape == (1, 32, probe_run.env.obs_size)
+    assert state.envs.obs.shape == (1, 32, probe_run.env.observation_shape[0])
     np.testing.assert_array_equal(state.params.trunk[0].weight, probe_run.state.params.trunk[0].weight)
     assert int(state.update) == int(probe_run.state.update)
     assert total_env_steps(state) == total_env_steps(probe_run.state)
@@ -193,8 +195,8 @@ def test_reward_weights_change_what_is_learned_from_not_the_game():
     # the same rollout, keys and network with the probe's one term weighted 3x: the
     # learner's rewards triple, the episodes' (game's) returns do not
     def rollout(**overrides):
-        resolved = probe_config(**overrides)
-        learner = Learner(env=probe_suite(), config=resolved)
+        resolved, env = probe_config(**overrides), probe_suite()
+        learner = Learner(env=env, config=resolved, features=features.build(env, resolved))
         params = jax.vmap(learner.init_params)(jax.random.split(jax.random.key(0), 1))
         keys = jax.random.split(jax.random.key(1), 1)
         return jax.jit(lambda *args: learner.rollout(*args))(params, learner.init_envs(), keys, make_hyper(resolved))
@@ -206,17 +208,16 @@ def test_reward_weights_change_what_is_learned_from_not_the_game():
     np.testing.assert_array_equal(weighted.action, plain.action)
     np.testing.assert_array_equal(weighted_stats.episode_return, plain_stats.episode_return)
     with pytest.raises(ConfigError, match="--reward-weights bonus: not a reward term of this environment"):
-        reward_weight_vector(probe_suite(), (("bonus", 0.0),))
+        features.build(probe_suite(), probe_config(reward_weights=(("bonus", 0.0),)))
 
 
-def test_the_games_default_weights_drop_only_the_distance_term():
-    game = HackMatrixEnv()
-    vector = reward_weight_vector(game, None)
-    assert vector.tolist() == [0.0 if name == "distance" else 1.0 for name in game.reward_terms]
+def test_the_default_weights_drop_only_the_games_distance_term():
+    terms = vector.reward_terms(HackMatrix())
+    weights = weight_vector(terms, TrainConfig().reward_weights)
+    assert weights.tolist() == [0.0 if name == "distance" else 1.0 for name in terms]
     # every weight 1: the env's own reward, exactly (no weighted sum at all)
-    assert reward_weight_vector(game, (("distance", 1.0),)) is None
-    assert reward_weight_vector(game, ()) is None, "(): the env's own reward"
-    assert reward_weight_vector(probe_suite(), None) is None, "an env without defaults: its own reward"
+    assert weight_vector(terms, (("distance", 1.0),)) is None
+    assert weight_vector(terms, ()) is None, "(): the env's own reward"
 
 
 def test_truncation_values_on_every_path():
@@ -224,7 +225,7 @@ def test_truncation_values_on_every_path():
     env = probe_suite()
     learner = Learner(env=env, config=probe_config(num_envs=64, max_episode_steps=1000, num_seeds=2))
     params = jax.vmap(learner.init_params)(jax.random.split(jax.random.key(0), 2))
-    obs = jax.random.normal(jax.random.key(1), (2, 64, env.obs_size))
+    obs = jax.random.normal(jax.random.key(1), (2, 64, env.observation_shape[0]))
     full = jnp.stack([evaluate(member_of(params, i), obs[i], "f32")[1] for i in range(2)])
     values = jax.jit(lambda p, o, t: learner.truncation_values(p, o, t))
 
@@ -253,7 +254,7 @@ def test_minibatches_partition_each_group(num_steps, minibatches):
     slots = jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32)[None, :], (num_steps, 16))
     zeros = jnp.zeros((num_steps, 16), jnp.float32)
     samples = Samples(obs=jnp.zeros((num_steps, 16, 8), jnp.float32), mask=jnp.ones((num_steps, 16, 3), bool),
-                      action=steps * 100 + slots, log_prob=zeros, advantage=zeros, target=zeros)
+                      action=steps * 100 + slots, log_prob=zeros, advantage=zeros, target=zeros, extras={})
     picked = learner.minibatch(samples, jnp.asarray(indices[0]))
     expected = [(s // g) * 100 + group * g + s % g for group in range(16 // g) for s in indices[0][group]]
     assert picked.action.tolist() == expected

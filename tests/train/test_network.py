@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from probes import PROBE_STATES, GridProbe, TabularState, probe_suite
+from probes import PROBE_STATES, GridProbe, TabularState, plain, probe_suite
 
 from hm.game import constants as C
 from hm.train import distributions
-from hm.train.config import TrainConfig, resolve
+from hm.train.config import resolve
 from hm.train.learner import init, make_train_fn, member_of
 from hm.train.mesh import make_mesh
 from hm.train.network import (
@@ -211,14 +211,14 @@ UPDATES = 40
 
 def train_probe(kind: str, critic: str):
     env = GridProbe(probe_suite())
-    resolved = resolve(TrainConfig(
+    resolved = resolve(plain(
         num_envs=16, num_steps=16, total_timesteps=16 * 16 * UPDATES, hidden_dim=32, num_layers=1,
         network=kind, critic=critic, gamma=GAMMA, ent_coef=0.01, lr=5e-3, max_episode_steps=5,
         updates_per_call=UPDATES, precision="f32"), "cpu", 1)
     mesh = make_mesh(1)
     state, _ = make_train_fn(resolved, env, mesh)(init(resolved, 0, env=env, mesh=mesh))
     states = TabularState(state=jnp.arange(len(PROBE_STATES), dtype=jnp.int32))
-    logits, values = evaluate(member_of(state.params, 0), jax.vmap(env.observe)(states), "f32")
+    logits, values = evaluate(member_of(state.params, 0), jax.vmap(env.game_observation)(states), "f32")
     probs = distributions.probs(logits, env.tabular.legal)
     return {name: (np.asarray(probs[i]), float(values[i])) for i, name in enumerate(PROBE_STATES)}
 

@@ -19,13 +19,14 @@ import jax
 import numpy as np
 import pytest
 from compiles import compilations
-from probes import probe_suite
+from probes import plain, probe_suite
 
+from bench.null_env import NullEnv
 from hm.tools import evaluate
-from hm.train import NullEnv, TrainConfig, checkpoint, member_of, to_host
+from hm.tools.train import main as train_main
+from hm.tools.train import parse_sweep
+from hm.train import TrainConfig, checkpoint, member_of, to_host
 from hm.train.checkpoint import CheckpointError
-from hm.train.cli import main as train_main
-from hm.train.cli import parse_sweep
 from hm.train.config import ConfigError, members, resolve
 from hm.train.learner import init, make_hyper, make_train_fn, place_hyper
 from hm.train.logging import read_scalars, read_tags
@@ -33,9 +34,9 @@ from hm.train.mesh import make_mesh
 from hm.train.run import RunOptions, Trainer, run
 from tests.train.conftest import TINY
 
-PROBE = TrainConfig(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 6, hidden_dim=16, num_layers=1,
-                    num_minibatches=2, update_epochs=2, lr=5e-3, gamma=0.9, max_episode_steps=5,
-                    updates_per_call=3, precision="f32")
+PROBE = plain(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 6, hidden_dim=16, num_layers=1,
+              num_minibatches=2, update_epochs=2, lr=5e-3, gamma=0.9, max_episode_steps=5,
+              updates_per_call=3, precision="f32")
 
 
 def train_two_calls(config: TrainConfig):
@@ -69,7 +70,7 @@ def test_an_lr_sweep_gives_members_that_differ_in_lr_only():
     config = dataclasses.replace(PROBE, sweep=(("lr", (5e-3, 1e-3)),))
     resolved = resolve(config, "cpu", 1)
     hyper = make_hyper(resolved)
-    np.testing.assert_array_equal(hyper.lr, np.float32([5e-3, 1e-3]))
+    np.testing.assert_array_equal(hyper["lr"], np.float32([5e-3, 1e-3]))
     for name in ("ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm"):
         values = getattr(hyper, name)
         assert values[0] == values[1] == np.float32(getattr(resolved, name)), name

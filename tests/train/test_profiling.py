@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hm.train import NullEnv, TrainConfig
-from hm.train.cli import TrainArgs, main
+from bench.null_env import NullEnv
+from hm.tools.train import TrainArgs, main
+from hm.train import TrainConfig
 from hm.train.profiling import PERFETTO_FILE, call_to_trace, trace_files
 from hm.train.run import RunOptions, Trainer, run
 from tests.train.conftest import TINY

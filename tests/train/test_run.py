@@ -25,12 +25,14 @@ import numpy as np
 import pytest
 from compiles import compilations
 
-from hm.game.constants import PROGRAM_NAMES, REWARD_TERMS
-from hm.train import NullEnv, TrainConfig, checkpoint, member_of, to_host
-from hm.train.envs import HackMatrixEnv
+from bench.null_env import NullEnv
+from hm.game.constants import PROGRAM_NAMES
+from hm.train import TrainConfig, checkpoint, member_of, to_host
+from hm.train.checkpoint import CheckpointError
 from hm.train.logging import read_scalars, read_tags, tensorboard_tag
 from hm.train.progress import ProgressBar, format_count, format_duration, format_progress
-from hm.train.run import RunError, RunOptions, Trainer, loggable, make_run_name, member_rows, new_run_dir, run
+from hm.train.run import RunOptions, Trainer, loggable, member_rows, run
+from hm.train.run_dir import RunError, make_run_name, new_run_dir
 from tests.train.conftest import TINY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,10 +82,8 @@ def test_a_run_writes_its_directory(make_trainer, tmp_path):
     assert trainer.run_dir == run_dir and trainer.update == 4 and trainer.env_steps == 256
 
     config = json.loads((run_dir / "config.json").read_text())
-    # the env's default reward weights, teacher weight, program bonus (NullEnv: none) and
-    # network are written out concretely
-    concrete = dataclasses.replace(TINY, reward_weights=(), teacher_coef=0.0, teacher_steps=TAUGHT_STEPS,
-                                   network="mlp", program_bonus=0.0)
+    # the config, with the teacher's schedule written out concretely
+    concrete = dataclasses.replace(TINY, teacher_steps=TAUGHT_STEPS)
     assert config["config"] == json.loads(json.dumps(dataclasses.asdict(concrete)))
     assert config["resolved"]["lr"] == 2.5e-4 and config["resolved"]["devices"] == 1
     assert config["run"]["name"] == "whole" and config["run"]["num_devices"] == 1
@@ -111,7 +111,7 @@ def test_tensorboard_has_every_expected_tag(make_trainer, tmp_path):
         *(f"loss/{name}" for name in ("total", "policy", "value", "entropy")),
         *(f"ppo/{name}" for name in ("approx_kl", "clip_frac", "explained_variance", "grad_norm", "lr")),
         *(f"episode/{name}" for name in ("return", "length", "highest_stage", "win_rate", "count")),
-        *(f"reward/{term}" for term in REWARD_TERMS),
+        "reward/reward",   # NullEnv's one reward term
         "actions/move_frac",
         "actions/siphon_frac",
         "actions/program_frac",
@@ -119,7 +119,6 @@ def test_tensorboard_has_every_expected_tag(make_trainer, tmp_path):
         "perf/steps_per_sec",
         "perf/steps_per_sec_per_device",
     }
-    assert len([t for t in expected if t.startswith("reward/")]) == 15
     assert {"actions/program/SIPH_PLUS", "actions/program/ATK_PLUS", "actions/program/ANTI-V"} <= expected
     assert expected <= scalars.keys(), sorted(expected - scalars.keys())
     assert [step for step, _ in scalars["loss/total"]] == [128, 256], "one point per call, at its env steps"
@@ -163,84 +162,40 @@ def test_resume_takes_the_checkpoint_config_unless_a_flag_says_otherwise(make_tr
     # As the command line does it: every field at its default, only ent_coef given.
     asked = dataclasses.replace(TrainConfig(), ent_coef=0.05)
     resumed, _ = make_trainer(None, asked, explicit=frozenset({"ent_coef"}), resume=tmp_path / "runs" / "source")
-    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, reward_weights=(), teacher_coef=0.0, network="mlp",
-                                                 program_bonus=0.0,
-                                                 teacher_steps=TAUGHT_STEPS)
+    assert resumed.config == dataclasses.replace(TINY, ent_coef=0.05, teacher_steps=TAUGHT_STEPS)
 
 
-class ShapedNullEnv(NullEnv):
-    """NullEnv with default reward weights, a teacher that teaches by default and a
-    program bonus by default, as the game has (its teacher takes the first legal action;
-    the player owns one program for every ten steps left)."""
-
-    default_reward_weights = (("distance", 0.0),)
-    teacher = "first-legal"
-    default_teacher_coef = 1.0
-    counts_programs = True
-    default_program_bonus = 8.0
-
-    def teacher_actions(self, states, mask, keys, program_value):
-        return jnp.argmax(mask, axis=1).astype(jnp.int32)
-
-    def programs_owned(self, state):
-        return (state.remaining // 10).astype(jnp.float32)
-
-
-def test_env_defaults_apply_and_an_older_run_resumes_without_them(tmp_path, compile_cache):
-    """Reward weights, the teacher weight, the program bonus and the network default to
-    the env's; a checkpoint written before they existed resumes as it trained: on the
-    env's own reward, without a teacher or a program bonus, with the MLP."""
-    def trainer(name, config=TINY, **options):
-        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
-        return Trainer(config, options, env=ShapedNullEnv(), console=io.StringIO())
-
-    first = trainer("shaped")
-    assert first.config.reward_weights == first.resolved.reward_weights == (("distance", 0.0),)
-    assert first.config.teacher_coef == first.resolved.teacher_coef == 1.0
-    assert first.config.program_bonus == first.resolved.program_bonus == 8.0
-    assert first.config.network == first.architecture.network == "mlp"
+def test_a_checkpoint_from_before_the_redesign_is_refused_saying_why(make_trainer, tmp_path):
+    """Format 3 (the trainer before 2026-12-02, with other defaults and options since
+    removed) is refused with the tag that resumes it; nothing is written."""
+    first, _ = make_trainer("current")
     first.call()
     path = first.save()
     first.close()
-    # the same checkpoint as an older version wrote it: no reward_weights in its config
     older = tmp_path / "older.ckpt"
     with zipfile.ZipFile(path) as source, zipfile.ZipFile(older, "w") as target:
         for entry in source.namelist():
             data = source.read(entry)
             if entry == "meta.json":
                 meta = json.loads(data)
-                for name in ("reward_weights", "teacher_coef", "network", "program_bonus"):
-                    del meta["config"][name]
+                meta["format"] = "hm-checkpoint/3"
                 data = json.dumps(meta).encode()
             target.writestr(entry, data)
-    resumed = trainer(None, resume=older)
-    assert resumed.config.reward_weights == (), "it trained on the env's own reward, and goes on so"
-    assert resumed.config.teacher_coef == 0.0, "and without a teacher"
-    assert resumed.config.program_bonus == 0.0, "or a program bonus"
-    assert resumed.config.network == resumed.architecture.network == "mlp", "with the MLP"
+    with pytest.raises(CheckpointError, match="research-leftovers-2026-12-02"):
+        make_trainer(None, resume=older)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_good_one(make_trainer, tmp_path):
+    first, _ = make_trainer("damaged", save_interval=2)
+    assert run(first) == 0
+    directory = tmp_path / "runs" / "damaged" / "checkpoints"
+    good, newest = checkpoint.list_checkpoints(directory)
+    newest.write_bytes(newest.read_bytes()[:100])   # cut short
+    resumed, console = make_trainer(None, resume=tmp_path / "runs" / "damaged")
+    assert resumed.update == 2 and resumed.last_checkpoint == good
+    said = console.getvalue()
+    assert str(newest) in said and str(good) in said and "cannot be read" in said
     resumed.close()
-    again = trainer(None, resume=path)
-    assert again.config.reward_weights == (("distance", 0.0),) and again.config.teacher_coef == 1.0
-    assert again.config.program_bonus == 8.0
-    again.close()
-
-
-def test_the_network_defaults_to_the_envs_and_a_flag_overrides_it(tmp_path, compile_cache):
-    class LocalNullEnv(NullEnv):
-        default_network = "local"
-
-    def trainer(name, config=TINY):
-        options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache)
-        return Trainer(config, options, env=LocalNullEnv(), console=io.StringIO())
-
-    assert TINY.network is None and HackMatrixEnv.default_network == "local" and NullEnv.default_network == "mlp"
-    made = trainer("default")
-    assert made.config.network == made.architecture.network == "local"
-    assert member_of(made.state.params, 0).kind == "local"
-    made.close()
-    given = trainer("given", dataclasses.replace(TINY, network="mlp"))
-    assert given.config.network == "mlp" and member_of(given.state.params, 0).kind == "mlp"
-    given.close()
 
 
 def test_the_teacher_lasts_four_fifths_of_the_run_and_a_longer_resume_keeps_its_schedule(tmp_path, compile_cache):
@@ -248,7 +203,7 @@ def test_the_teacher_lasts_four_fifths_of_the_run_and_a_longer_resume_keeps_its_
     resume that asks for more steps goes on with the schedule the run started with."""
     def trainer(name, config=TINY, explicit=None, **options):
         options = RunOptions(runs_dir=tmp_path / "runs", run_name=name, compile_cache=compile_cache, **options)
-        return Trainer(config, options, env=ShapedNullEnv(), explicit=explicit, console=io.StringIO())
+        return Trainer(config, options, env=NullEnv(), explicit=explicit, console=io.StringIO())
 
     assert TINY.teacher_steps is None
     first = trainer("taught")
@@ -343,10 +298,12 @@ SIGTERM_SCRIPT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from hm.train import NullEnv, TrainConfig
+    import dataclasses
+    from bench.null_env import NullEnv
+    from hm.train import PRESETS
     from hm.train.run import RunOptions, Trainer, run
 
-    config = TrainConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 100_000, hidden_dim=16,
+    config = dataclasses.replace(PRESETS["plain"], network="mlp", num_envs=8, num_steps=8, total_timesteps=8 * 8 * 100_000, hidden_dim=16,
                          num_layers=1, num_minibatches=2, update_epochs=1, updates_per_call=2, seed=3)
     options = RunOptions(runs_dir=Path(sys.argv[1]), run_name="term", compile_cache=Path(sys.argv[2]))
     sys.exit(run(Trainer(config, options, env=NullEnv())))
@@ -390,11 +347,13 @@ MULTI_HOST_WORKER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from hm.train import NullEnv, TrainConfig, maybe_initialize_distributed
+    import dataclasses
+    from bench.null_env import NullEnv
+    from hm.train import PRESETS, maybe_initialize_distributed
     from hm.train.run import RunOptions, Trainer, run
 
     port, process_id, runs, cache = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-    config = TrainConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 4, hidden_dim=16, num_layers=1,
+    config = dataclasses.replace(PRESETS["plain"], network="mlp", num_envs=8, num_steps=8, total_timesteps=8 * 8 * 4, hidden_dim=16, num_layers=1,
                          num_minibatches=2, update_epochs=1, updates_per_call=2, seed=3)
     options = RunOptions(runs_dir=runs, run_name="multi", compile_cache=cache, save_interval=2,
                          coordinator_address=f"localhost:{port}", num_processes=2, process_id=process_id)

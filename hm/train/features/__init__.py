@@ -1,0 +1,35 @@
+"""Optional parts of training, one module each (`base.Feature` says what a feature is).
+
+* `teacher`: kickstarting from the greedy scripted player (on by default);
+* `reward`: the reward terms reweighted and the program bonus (on by default);
+* `popart`: value normalisation (off by default).
+
+`build(env, config, axis_name)` makes the active ones, in this order, refusing (with a
+`ConfigError` naming the flag) what the env cannot serve.
+"""
+
+from hm.train.features import popart, reward, teacher
+from hm.train.features.base import Feature, Hyper
+
+MODULES = (teacher, reward, popart)
+# The config field mixins, in the order of `MODULES`.
+CONFIGS = (teacher.TeacherConfig, reward.RewardConfig, popart.PopArtConfig)
+SWEEPABLE = tuple(name for module in MODULES for name in module.SWEEPABLE)
+
+
+def build(env, config, axis_name: str | None = None, teacher_policy=None, program_count=None) -> tuple[Feature, ...]:
+    """The active features of `config` on `env`. `teacher_policy(states, mask, keys)`
+    replaces the greedy teacher and `program_count(game_state)` the game's count of
+    programs owned (tests use probe environments)."""
+    hooks = {teacher: (teacher_policy,), reward: (program_count,)}
+    built = (module.build(env, config, axis_name, *hooks.get(module, ())) for module in MODULES)
+    return tuple(feature for feature in built if feature is not None)
+
+
+def validate(config, devices: int) -> None:
+    """Each feature's fields in range (`ConfigError` naming the flag)."""
+    for module in MODULES:
+        module.validate(config, devices)
+
+
+__all__ = ["CONFIGS", "Feature", "Hyper", "MODULES", "SWEEPABLE", "build", "validate"]

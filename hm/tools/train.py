@@ -72,7 +72,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: 4/5 of the run).
     teacher_every: int | None = _CONFIG.teacher_every  # The teacher labels one env slot in N (dividing each device's envs; default 8).
     value_norm: float = _CONFIG.value_norm  # Normalise value targets (PopArt): step of their running mean and std per update, in [0, 1]; 0: off.
-    sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 (x --num-seeds); keys: see docs/training.md#what-can-be-swept.
+    sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 x --num-seeds; keys: docs/training.md#what-can-be-swept.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).
     save_interval: int | None = _OPTIONS.save_interval  # Checkpoint every N updates instead of by time (>= 1).
@@ -226,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = TrainArgs(prog="bin/train")
     args = parser.parse_args(argv)
     explicit = explicit_fields(argv)
+    given = sorted(named_fields(argv) & {f.name for f in dataclasses.fields(TrainConfig)})
+    print(f"config: {args.config!r} (docs/config.md)" + (f", with {', '.join(given)} given" if given else "")
+          + ("; on resume the checkpoint's for the rest" if args.resume is not None else ""), flush=True)
     try:
         trainer = Trainer(
             args.train_config(named_fields(argv)),

@@ -15,9 +15,8 @@ For a larger batch, `scale = batch / 32768`:
 * `update_epochs = max(2, 4 // scale)`;
 * `lr = 1e-3`. With minibatches held near 2,048 samples, a larger batch takes more
   gradient steps per update but the same number per sample, so the step size need not
-  shrink. (An earlier rule, `2.5e-4 * 16 / (num_minibatches * update_epochs)`, shrank it
-  too far, and the policy stopped moving.) At 2 epochs that is one gradient step per
-  1,024 samples. docs/results.md has the evidence.
+  shrink. At 2 epochs that is one gradient step per 1,024 samples.
+  docs/results.md#default-lr has the evidence.
 
 At or below the reference batch the reference values (4, 4, 2.5e-4) apply. An explicit
 value always wins.

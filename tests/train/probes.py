@@ -49,7 +49,7 @@ class TabularState(eqx.Module):
 
 def plain(**fields) -> TrainConfig:
     """The plain-PPO preset with `fields` changed (the probes have no game to teach)."""
-    return dataclasses.replace(PRESETS["plain"], network="mlp", **fields)
+    return dataclasses.replace(PRESETS["plain"], **{"network": "mlp", **fields})
 
 
 def info(reward):

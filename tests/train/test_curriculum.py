@@ -85,7 +85,7 @@ def test_a_share_sweep_gives_members_that_differ_only_in_the_share():
     np.testing.assert_array_equal(hyper["curriculum"], np.float32([0.0, 0.5]))
     for name in config_lib.SWEEPABLE:
         if name != "curriculum":
-            values = getattr(hyper, name)
+            values = hyper[name]
             assert values[0] == values[1], name
     assert [m.seed for m in members(resolved)] == [0, 0]
 
@@ -123,8 +123,8 @@ def test_share_one_starts_every_game_at_a_later_stage(ordinary):
     assert np.all((stage >= 2) & (stage <= 4)), stage
     assert len(set(stage)) > 1
     env = HackMatrix()
-    np.testing.assert_array_equal(vec.obs, jax.vmap(env.observe)(vec.state))
-    np.testing.assert_array_equal(vec.mask, jax.vmap(env.legal_actions)(vec.state))
+    np.testing.assert_array_equal(vec.obs, jax.vmap(env.game_observation)(vec.state))
+    np.testing.assert_array_equal(vec.mask, jax.vmap(env.game_action_mask)(vec.state))
 
 
 def test_each_slot_follows_its_own_settings():

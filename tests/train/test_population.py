@@ -72,7 +72,7 @@ def test_an_lr_sweep_gives_members_that_differ_in_lr_only():
     hyper = make_hyper(resolved)
     np.testing.assert_array_equal(hyper["lr"], np.float32([5e-3, 1e-3]))
     for name in ("ent_coef", "vf_coef", "clip_eps", "gamma", "gae_lambda", "max_grad_norm"):
-        values = getattr(hyper, name)
+        values = hyper[name]
         assert values[0] == values[1] == np.float32(getattr(resolved, name)), name
     assert [m.seed for m in members(resolved)] == [0, 0], "the same seed: only lr differs"
     population, metrics = train_two_calls(config)

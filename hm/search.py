@@ -94,7 +94,7 @@ class SearchReward(eqx.Module):
     term_weights: Float[Array, " terms"]
     program_bonus: Float[Array, ""]
 
-    def __init__(self, term_weights: Mapping[str, float] | None = None, program_bonus: float = 0.0):
+    def __init__(self, term_weights: Mapping[str, float] | None = None, program_bonus: float | Float[Array, ""] = 0.0):
         weights = dict(term_weights or {})
         if unknown := sorted(set(weights) - set(C.REWARD_TERMS)):
             raise ValueError(f"SearchReward: unknown reward terms {unknown}; the terms are {list(C.REWARD_TERMS)}")

@@ -73,6 +73,8 @@ def played_states(seed: int = 0) -> game.GameState:
 
 _step = jax.jit(jax.vmap(game.step))
 _legal = jax.jit(jax.vmap(game.legal_actions))
+# A search edge's reward for each game: one program whatever the weights and the bonus.
+_edge_reward = eqx.filter_jit(lambda reward, *edge: jax.vmap(reward)(*edge))
 
 
 # A stage-8 board with the exit one step to the right: that step wins the game.
@@ -90,7 +92,7 @@ def test_the_scenarios_are_what_they_claim():
     assert np.all(info["died"])
     _, _, _, _, info = _step(batch(DEATH), jnp.full(GAMES, RIGHT), keys)
     assert not np.any(info["died"])
-    assert set(np.nonzero(np.asarray(game.legal_actions(DEATH)))[0]) == {UP, RIGHT}
+    assert set(np.nonzero(np.asarray(_legal(batch(DEATH))[0]))[0]) == {UP, RIGHT}
 
 
 def test_takes_a_one_step_win_against_its_prior():
@@ -200,15 +202,16 @@ def test_the_default_reward_is_the_games_and_weights_and_bonus_apply():
     after, _, reward, _, info = _step(states, actions, keys)
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS], axis=1).astype(jnp.float32)
     own = search.SearchReward()
-    np.testing.assert_array_equal(jax.vmap(own)(states, after, reward, terms), reward)
+    np.testing.assert_array_equal(_edge_reward(own, states, after, reward, terms), reward)
     no_distance = search.SearchReward({"distance": 0.0})
-    np.testing.assert_allclose(jax.vmap(no_distance)(states, after, reward, terms),
+    np.testing.assert_allclose(_edge_reward(no_distance, states, after, reward, terms),
                                reward - info["reward_terms"]["distance"], atol=1e-5)
     # a program bonus pays B for each program that comes to be owned
     bare = game.from_dict({"player": {"row": 0, "col": 0}})
     owning = game.from_dict({"player": {"row": 0, "col": 0}, "ownedPrograms": [5, 6]})
-    paid = search.SearchReward(program_bonus=3.0)(bare, owning, jnp.float32(0.0), jnp.zeros(len(C.REWARD_TERMS)))
-    assert float(paid) == 6.0
+    paid = _edge_reward(search.SearchReward(program_bonus=3.0), batch(bare), batch(owning),
+                        jnp.zeros(GAMES, jnp.float32), jnp.zeros((GAMES, len(C.REWARD_TERMS)), jnp.float32))
+    np.testing.assert_array_equal(paid, 6.0)
 
 
 @pytest.mark.parametrize("field, value, message", [

@@ -32,7 +32,8 @@ from hm.game import constants as C
 from hm.players import greedy
 from hm.tools.policy import act, uniform_network
 from hm.train.config import TrainConfig
-from hm.train.network import Network, evaluate
+from hm.train.features.search_teacher import NetworkEvaluator as NetworkEvaluator  # the public home of the search players
+from hm.train.network import Network
 
 
 class AbstractPlayer(eqx.Module):
@@ -94,17 +95,6 @@ class GreedyPlayer(AbstractPlayer):
         trial_key, tie_key = jax.random.split(key)
         score = self.scores(states, mask, trial_key)
         return greedy.best(score, mask, jax.random.uniform(tie_key, mask.shape))
-
-
-class NetworkEvaluator(search.AbstractEvaluator):
-    """A trained actor-critic as the search's prior (its logits) and value (its critic)."""
-
-    network: Network
-    precision: str = eqx.field(static=True, default="f32")
-
-    def __call__(self, states, obs):
-        del states
-        return evaluate(self.network, obs, self.precision)
 
 
 class HeuristicEvaluator(search.AbstractEvaluator):

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from hm.train import features
 from hm.train.checks import ConfigError, check_float, check_int, flag, is_int, is_number
-from hm.train.features import teacher
+from hm.train.features import search_teacher, teacher
 from hm.train.network import CRITICS
 from hm.train.network import KINDS as NETWORKS
 
@@ -144,6 +144,7 @@ class ResolvedConfig(TrainConfig):
     precision: Literal["f32", "bf16"]
     teacher_steps: int
     teacher_every: int
+    search_every: int
     updates_per_call: int
     devices: int
     backend: str
@@ -285,6 +286,9 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
         auto.append("updates_per_call")
     teacher_fields, teacher_auto = teacher.resolve(config, devices)
     auto += teacher_auto
+    if config.search_every is None:
+        teacher_fields["search_every"] = search_teacher.every(config, devices)
+        auto.append("search_every")
     if config.devices is None:
         auto.append("devices")
     fields = dataclasses.asdict(config)

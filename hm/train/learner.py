@@ -320,7 +320,7 @@ class Learner(eqx.Module):
                                         self.config.max_episode_steps, *curriculum)
             extras = {}
             for feature in self.features:
-                extras.update(feature.labels(self, envs, steps_keys, t, hyper))
+                extras.update(feature.labels(self, policy_params, envs, steps_keys, t, hyper))
             new_envs, out = _unflat(new_envs, members), _unflat(out, members)
             bootstrap = self.truncation_values(policy_params, out.final_obs, out.truncated)
             # what the learner maximises: the env's reward, as the features change it

@@ -1,3 +1,4 @@
+import functools
 import json
 
 import jax
@@ -23,8 +24,11 @@ def test_benchmark_runs_the_plain_loop_beside_the_pool(tmp_path):
 
 
 def test_the_loop_steps_every_game():
+    # jitted as `bench_env_loop.main` jits them (4 games, 3 steps): the programs of
+    # test_benchmark_runs_the_plain_loop_beside_the_pool, compiled once for both (the
+    # persistent compilation cache gives them to whichever runs second)
     loop = jax.jit(bench_env_loop.new_loop)(jax.random.split(jax.random.key(0), 4))
-    after = jax.jit(bench_env_loop.play, static_argnums=1)(loop, 3)
+    after = jax.jit(functools.partial(bench_env_loop.play, num_steps=3), donate_argnums=0)(loop)
     lengths = np.asarray(after.state.episode_length)
     # each game played 3 steps: its episode is 3 long, or a new one began on the way
     assert np.all((lengths <= 3) & (lengths >= 0)) and np.any(lengths > 0)

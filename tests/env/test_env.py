@@ -19,6 +19,10 @@ reset = jax.jit(env.reset)
 step = jax.jit(env.step)
 batched_reset = jax.jit(jax.vmap(env.reset))
 batched_step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+# Compiled, not run op by op (which compiles every operation on its own, far slower).
+action_mask = jax.jit(env.action_mask)
+batched_action_mask = jax.jit(jax.vmap(env.action_mask))
+game_reset = jax.jit(game.reset)
 
 
 def leaf(tree, i):
@@ -41,7 +45,7 @@ def played():
     """16 games after 12 steps of random legal play (some reset on the way)."""
     n = 16
     obs, state = batched_reset(jax.random.split(jax.random.key(1), n))
-    mask = jax.vmap(env.action_mask)(state)
+    mask = batched_action_mask(state)
     params = EnvParams(max_episode_steps=1000)
     for t in range(12):
         key = jax.random.fold_in(jax.random.key(2), t)
@@ -63,8 +67,8 @@ def test_api_shapes_and_dtypes():
     assert state.episode_return.shape == () and state.episode_return.dtype == jnp.float32
     assert state.episode_length.shape == () and state.episode_length.dtype == jnp.int32
     assert int(state.episode_length) == 0 and float(state.episode_return) == 0.0
-    np.testing.assert_array_equal(env.observation(state), obs)
-    mask = env.action_mask(state)
+    np.testing.assert_array_equal(jax.jit(env.observation)(state), obs)
+    mask = action_mask(state)
     assert mask.shape == (28,) and mask.dtype == jnp.bool_
 
     action = jnp.argmax(mask).astype(jnp.int32)
@@ -100,7 +104,7 @@ def test_reset_is_reproducible_per_key():
     assert_trees_equal((a_obs, a), (b_obs, b))
     assert not np.array_equal(a_obs, c_obs)
     # the game is `hm.game.reset`'s, and the env observes it as the game does
-    g, g_obs = game.reset(jax.random.key(5))
+    g, g_obs = game_reset(jax.random.key(5))
     assert states_equal(a.game, g, ignore_history=False)
     np.testing.assert_array_equal(a_obs, g_obs.flat())
 
@@ -112,11 +116,11 @@ def test_params_are_checked_and_traceable():
     traces = eqx.debug.assert_max_traces(max_traces=1)(env.step)
     stepped = jax.jit(traces)
     _, state = reset(jax.random.key(0))
-    action = jnp.argmax(env.action_mask(state)).astype(jnp.int32)
+    action = jnp.argmax(action_mask(state)).astype(jnp.int32)
     for limit in (1, 5, 1000):
         for k in range(2):
             obs, state, *_ = stepped(jax.random.key(k), state, action, EnvParams(limit))
-            action = jnp.argmax(env.action_mask(state)).astype(jnp.int32)
+            action = jnp.argmax(action_mask(state)).astype(jnp.int32)
 
 
 def test_step_compiles_once_for_a_batch(played):
@@ -132,7 +136,7 @@ def test_step_compiles_once_for_a_batch(played):
 
 def test_illegal_action_is_reward_zero_and_terminates_then_resets():
     obs, state = reset(jax.random.key(3))
-    mask = np.asarray(env.action_mask(state))
+    mask = np.asarray(action_mask(state))
     illegal = int(np.flatnonzero(~mask)[0])
     key = jax.random.key(4)
     new_obs, new_state, reward, done, info = step(key, state, jnp.int32(illegal))
@@ -147,7 +151,7 @@ def test_illegal_action_is_reward_zero_and_terminates_then_resets():
     assert game.to_dict(new_state.game) == game.to_dict(fresh.game)
     assert (int(new_state.episode_length), float(new_state.episode_return)) == (0, 0.0)
     assert int(info["episode_length"]) == 1
-    np.testing.assert_array_equal(info["action_mask"], env.action_mask(fresh))
+    np.testing.assert_array_equal(info["action_mask"], action_mask(fresh))
     # out of range is illegal too
     *_, done, info = step(key, state, jnp.int32(C.NUM_ACTIONS))
     assert bool(done) and bool(info["illegal"])
@@ -158,7 +162,7 @@ def test_truncation_is_reported_as_truncated_not_terminated():
     params = EnvParams(max_episode_steps=3)
     returns = 0.0
     for t in range(3):
-        action = jnp.argmax(env.action_mask(state)).astype(jnp.int32)
+        action = jnp.argmax(action_mask(state)).astype(jnp.int32)
         key = jax.random.key(10 + t)
         new_obs, new_state, reward, done, info = step(key, state, action, params)
         assert not bool(info["terminated"]), "this test needs an episode that lasts 3 steps"
@@ -189,7 +193,7 @@ def test_a_reset_game_is_a_valid_new_game(played):
     assert bool(jnp.all(done))
     for i in range(16):
         g = leaf(new.game, i)
-        fresh, fresh_obs = game.reset(reset_key_of(keys[i]))
+        fresh, fresh_obs = game_reset(reset_key_of(keys[i]))
         d = game.to_dict(g)
         assert d == game.to_dict(fresh)
         assert game.to_dict(game.from_dict(d)) == d

@@ -59,11 +59,12 @@ def ordinary():
 def test_the_defaults_are_ordinary_games(ordinary):
     params = env.default_params
     assert float(params.curriculum_share) == 0.0 and int(params.curriculum_max_stage) == 8
-    obs, state = env.reset(keys(0)[0])
-    fresh = generation.new_game(keys(0)[0])
+    # compiled, not run op by op (which compiles every operation on its own, far slower)
+    obs, state = jax.jit(env.reset)(keys(0)[0])
+    fresh = jax.jit(generation.new_game)(keys(0)[0])
     for a, b in zip(jax.tree.leaves(state.game), jax.tree.leaves(fresh), strict=True):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(obs, observe(fresh).flat())
+    np.testing.assert_array_equal(obs, jax.jit(lambda g: observe(g).flat())(fresh))
     _, first_stage, (_, _, done, _, restarted) = ordinary
     assert np.all(first_stage == 1) and np.all(restarted[done] == 1) and done.sum() >= N * 3
 

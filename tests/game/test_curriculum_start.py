@@ -16,7 +16,7 @@ import hm.game as game
 from hm.game import constants as C
 from hm.game import generation, scenario
 
-GAMES = 128
+GAMES = 128        # the batch most tests share, so each of its programs is compiled once
 STAGES = range(2, C.NUM_STAGES + 1)
 
 
@@ -24,9 +24,20 @@ def keys(n=GAMES, seed=0):
     return jax.random.split(jax.random.key(seed), n)
 
 
+# Each compiled once for the module (engine functions are never run op by op here).
 @jax.jit
 def starts_at(keys, stage):
     return jax.vmap(generation.curriculum_game, (0, None))(keys, stage)
+
+
+new_games = jax.jit(jax.vmap(generation.new_game))
+resets = jax.jit(jax.vmap(game.reset))
+reset_where_each = jax.jit(jax.vmap(game.reset_where))
+observe = jax.jit(game.observe)
+
+
+def one(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
 
 
 def assert_same(a, b):
@@ -35,38 +46,37 @@ def assert_same(a, b):
 
 
 def test_stage_one_is_new_game_bit_for_bit():
-    ks = keys(256)
-    assert_same(starts_at(ks, 1), jax.jit(jax.vmap(generation.new_game))(ks))
-    assert_same(generation.curriculum_game(ks[0], 1), generation.new_game(ks[0]))
+    ks = keys()
+    assert_same(starts_at(ks, 1), new_games(ks))
+    assert_same(jax.jit(generation.curriculum_game)(ks[0], 1), jax.jit(generation.new_game)(ks[0]))
 
 
 def test_the_auto_reset_at_stage_one_makes_new_games():
     """`hm.game.reset_where` at stage 1 (its default) puts `new_game(key)` where done."""
-    n = 64
-    state, obs = jax.vmap(game.reset)(keys(n, seed=1))
+    n = GAMES
+    state, obs = resets(keys(n, seed=1))
     done = jnp.arange(n) % 3 == 0
-    after, after_obs = jax.jit(jax.vmap(game.reset_where))(done, state, obs, keys(n))
-    fresh = jax.vmap(generation.new_game)(keys(n))
-    for i in range(n):
-        expect = jax.tree.map(lambda x: x[i], fresh if done[i] else state)  # noqa: B023
-        got = jax.tree.map(lambda x: x[i], after)  # noqa: B023
-        assert scenario.states_equal(got, expect)
-        np.testing.assert_array_equal(after_obs.flat()[i], game.observe(expect).flat())
+    after, after_obs = reset_where_each(done, state, obs, keys(n))
+    after_flat = np.asarray(after_obs.flat())
+    fresh, state, after = jax.device_get((new_games(keys(n)), state, after))
+    for i, ended in enumerate(np.asarray(done)):
+        expect = one(fresh if ended else state, i)
+        assert scenario.states_equal(one(after, i), expect)
+        np.testing.assert_array_equal(after_flat[i], observe(expect).flat())
 
 
 def test_the_batched_auto_reset_at_given_stages_is_each_game_alone():
     """`vmap(reset_where)` with a start stage per game (its `where_selected` rule with the
     stage argument) equals `reset_where` on each game alone."""
     n = 8
-    state, obs = jax.vmap(game.reset)(keys(n, seed=2))
+    state, obs = one(resets(keys(seed=2)), slice(n))     # 8 of the module's batch of new games
     done = jnp.array([True, False, True, True, False, True, False, True])
     stage = jnp.array([1, 8, 2, 5, 3, 8, 1, 3], jnp.int32)
     after, after_obs = jax.jit(jax.vmap(game.reset_where))(done, state, obs, keys(n, seed=4), stage)
     alone = jax.jit(game.reset_where)
     for i in range(n):
-        one = lambda tree: jax.tree.map(lambda x: x[i], tree)  # noqa: B023, E731
-        single, single_obs = alone(done[i], one(state), one(obs), keys(n, seed=4)[i], stage[i])
-        assert scenario.states_equal(one(after), single, ignore_history=False)
+        single, single_obs = alone(done[i], one(state, i), one(obs, i), keys(n, seed=4)[i], stage[i])
+        assert scenario.states_equal(one(after, i), single, ignore_history=False)
         np.testing.assert_array_equal(after_obs.values[i], single_obs.values)
         assert int(single.stage) == (int(stage[i]) if done[i] else 1)
 
@@ -122,12 +132,13 @@ def test_the_inventory_grows_with_the_stage_as_documented():
 
 @pytest.mark.parametrize("stage", [2, 5, 8])
 def test_starts_round_trip_through_the_scenario_format(stage):
-    s = starts_at(keys(16), stage)
+    """The first 16 starts of the module's batch at `stage`."""
+    s = jax.device_get(starts_at(keys(), stage))
     for i in range(16):
-        one = jax.tree.map(lambda x: x[i], s)  # noqa: B023
-        again = game.from_dict(game.to_dict(one))
-        assert scenario.states_equal(again, one)
-        np.testing.assert_array_equal(game.observe(again).flat(), game.observe(one).flat())
+        start = one(s, i)
+        again = game.from_dict(game.to_dict(start))
+        assert scenario.states_equal(again, start)
+        np.testing.assert_array_equal(observe(again).flat(), observe(start).flat())
 
 
 def test_random_play_from_curriculum_starts_keeps_the_invariants():

@@ -6,6 +6,8 @@ program (counting violations), and keeps a sample of the states it visited; the 
 then checks the scenario round trip and the observation of those states.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,13 @@ SAMPLE_EVERY = 40    # keep the states of every 40th step: 10 x 256 states
 def _sample_actions(key, mask):
     """One uniformly random legal action per game."""
     return distributions.sample_legal(mask, jax.random.uniform(key, mask.shape[:1]))
+
+
+# Outside a program: one compiled program instead of running it op by op.
+_sample_legal = jax.jit(_sample_actions)
+# The names `test_step_compiles_once` gives its counted wrappers: the same programs.
+_step = jax.jit(jax.vmap(game.step))
+_legal = jax.jit(jax.vmap(game.legal_actions))
 
 
 def _violations(before, state, reward, done, info, mask, action):
@@ -136,10 +145,14 @@ def test_scenario_round_trip_and_observation(rollout):
 
 
 def test_step_compiles_once():
-    """vmapped step, reset, observe and legal_actions trace once for a batch shape."""
+    """vmapped step, reset, observe and legal_actions trace once for a batch shape.
+
+    The batch is `GAMES` wide and each wrapper keeps its function's name, so these are the
+    programs `test_batched_step_equals_stepping_each_game_alone` runs (compiled once)."""
     traces = {"step": 0, "reset": 0, "observe": 0, "legal": 0}
 
     def counted(name, fn):
+        @functools.wraps(fn)
         def wrapper(*args):
             traces[name] += 1
             return fn(*args)
@@ -150,21 +163,21 @@ def test_step_compiles_once():
     observe = jax.jit(jax.vmap(counted("observe", game.observe)))
     legal = jax.jit(jax.vmap(counted("legal", game.legal_actions)))
     key = jax.random.key(7)
-    state, _ = reset(jax.random.split(key, 8))
+    state, _ = reset(jax.random.split(key, GAMES))
     for i in range(4):
         mask = legal(state)
-        action = _sample_actions(jax.random.fold_in(key, i), mask)
-        state, obs, *_ = step(state, action, jax.random.split(jax.random.fold_in(key, 100 + i), 8))
+        action = _sample_legal(jax.random.fold_in(key, i), mask)
+        state, obs, *_ = step(state, action, jax.random.split(jax.random.fold_in(key, 100 + i), GAMES))
         observe(state)
-        reset(jax.random.split(jax.random.fold_in(key, 200 + i), 8))
+        reset(jax.random.split(jax.random.fold_in(key, 200 + i), GAMES))
     assert traces == {"step": 1, "reset": 1, "observe": 1, "legal": 1}
 
 
 def test_no_while_loop_in_the_env():
-    """No `while` anywhere in the vmapped env functions: every loop has a fixed count."""
-    key = jax.random.key(0)
-    keys = jax.random.split(key, 4)
-    state, _ = jax.vmap(game.reset)(keys)
+    """No `while` anywhere in the vmapped env functions: every loop has a fixed count.
+    Tracing needs only the shapes, so the games are never generated (`eval_shape`)."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    state, _ = jax.eval_shape(jax.vmap(game.reset), keys)
     actions = jnp.zeros(4, jnp.int32)
     programs = {
         "step": jax.make_jaxpr(jax.vmap(game.step))(state, actions, keys),
@@ -192,20 +205,21 @@ def test_batched_step_equals_stepping_each_game_alone(rollout, jitted):
     ready = jnp.sum(e.alive & (e.disabled == 0) & ~e.stunned, axis=1)
     assert int(jnp.sum(ready > 2)) > GAMES // 16        # more than one 16-lane chunk
     key = jax.random.key(99)
-    mask = jax.vmap(game.legal_actions)(states)
+    mask = _legal(states)
     programs = mask.at[:, :C.PROGRAM_ACTION_OFFSET].set(False)
     any_program = jnp.any(programs, axis=1, keepdims=True)
-    actions = _sample_actions(key, jnp.where(any_program, programs, mask))
+    actions = _sample_legal(key, jnp.where(any_program, programs, mask))
     # A few games take an illegal action (the state must stay as it was).
-    illegal = _sample_actions(jax.random.fold_in(key, 2), ~mask)
+    illegal = _sample_legal(jax.random.fold_in(key, 2), ~mask)
     some = (jnp.arange(GAMES) % 17 == 0) & jnp.any(~mask, axis=1)
     actions = jnp.where(some, illegal, actions)
     assert int(jnp.sum(some)) > 0
     keys = jax.random.split(jax.random.fold_in(key, 1), GAMES)
-    batched = jax.jit(jax.vmap(game.step))(states, actions, keys)
+    batched = jax.device_get(_step(states, actions, keys))
+    host_states, host_actions = jax.device_get((states, actions))
     for i in range(GAMES):
-        alone = jitted.step(_unstack_one(states, i), actions[i], keys[i])
-        for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(alone),
+        alone = jitted.step(_unstack_one(host_states, i), host_actions[i], keys[i])
+        for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(jax.device_get(alone)),
                                 jax.tree.leaves(_unstack_one(batched, i))):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y),
                                           err_msg=f"game {i}, leaf {jax.tree_util.keystr(path)}")

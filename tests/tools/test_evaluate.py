@@ -20,7 +20,7 @@ from hm import game
 from hm.game import constants as C
 from hm.players import greedy
 from hm.tools import evaluate, players, policy
-from hm.train.envs import HackMatrixEnv
+from hm.train import TrainConfig
 from hm.train.network import Network
 
 EPISODES = 8
@@ -315,11 +315,11 @@ def test_a_search_plans_on_the_reward_its_critic_was_trained_on():
     weights = dict(zip(C.REWARD_TERMS, np.asarray(reward.term_weights).tolist()))
     assert weights["distance"] == 0.0 and weights["kills"] == 0.5 and weights["stage"] == 1.0
     assert float(reward.program_bonus) == 2.0
-    # nothing saved: the trainer's defaults for the game
+    # nothing saved: the default config's
     default = players.reward_of_config(None)
     weights = dict(zip(C.REWARD_TERMS, np.asarray(default.term_weights).tolist()))
-    assert weights == {name: dict(HackMatrixEnv.default_reward_weights).get(name, 1.0) for name in C.REWARD_TERMS}
-    assert float(default.program_bonus) == HackMatrixEnv.default_program_bonus
+    assert weights == {name: dict(TrainConfig().reward_weights).get(name, 1.0) for name in C.REWARD_TERMS}
+    assert float(default.program_bonus) == TrainConfig().program_bonus == 3.0
     # a population member's own swept value wins over the run's
     table = [{"name": "program_bonus=1.0,seed=0", "hyper": {"program_bonus": 1.0}}]
     assert policy._member_config({"program_bonus": 3.0}, table, "program_bonus=1.0,seed=0") == {"program_bonus": 1.0}

@@ -2,18 +2,19 @@
 
 * `teacher`: kickstarting from the greedy scripted player (on by default);
 * `reward`: the reward terms reweighted and the program bonus (on by default);
-* `popart`: value normalisation (off by default).
+* `popart`: value normalisation (off by default);
+* `search_teacher`: expert iteration, Gumbel MuZero over the real game (off by default).
 
 `build(env, config, axis_name)` makes the active ones, in this order, refusing (with a
 `ConfigError` naming the flag) what the env cannot serve.
 """
 
-from hm.train.features import popart, reward, teacher
+from hm.train.features import popart, reward, search_teacher, teacher
 from hm.train.features.base import Feature, Hyper
 
-MODULES = (teacher, reward, popart)
+MODULES = (teacher, reward, popart, search_teacher)
 # The config field mixins, in the order of `MODULES`.
-CONFIGS = (teacher.TeacherConfig, reward.RewardConfig, popart.PopArtConfig)
+CONFIGS = (teacher.TeacherConfig, reward.RewardConfig, popart.PopArtConfig, search_teacher.SearchTeacherConfig)
 SWEEPABLE = tuple(name for module in MODULES for name in module.SWEEPABLE)
 
 

@@ -7,7 +7,7 @@ them), what it stores with each rollout step, its loss term and its metrics. The
 
     anneal(hyper, env_steps)          at the update's start: its traced values now
     rollout step t:
-        labels(learner, envs, keys, t, hyper)      what it stores with the step (dict)
+        labels(learner, params, envs, keys, t, hyper)   what it stores with the step (dict)
         reward(reward, before, out, hyper)         the reward the learner maximises
     after the rollout (per member):
         before_epochs(params, targets, hyper, update)   e.g. PopArt's statistics
@@ -41,11 +41,12 @@ class Feature(eqx.Module):
         del env_steps
         return hyper
 
-    def labels(self, learner: Any, envs: Any, keys: Key[Array, " P"], t: Int32[Array, ""],
+    def labels(self, learner: Any, params: Any, envs: Any, keys: Key[Array, " P"], t: Int32[Array, ""],
                hyper: Hyper) -> dict[str, Array]:
-        """Arrays [P, n] to store with rollout step `t` (`envs` before the step; `keys`
-        each member's key of the step). They reach `loss` as `batch.extras`."""
-        del learner, envs, keys, t, hyper
+        """Arrays [P, n, ...] to store with rollout step `t` (`params` the members' networks
+        as the rollout runs them, `envs` the slots before the step, `keys` each member's
+        key of the step). They reach `loss` as `batch.extras`."""
+        del learner, params, envs, keys, t, hyper
         return {}
 
     def reward(self, reward: Float[Array, "P n"], before: Any, out: Any, hyper: Hyper) -> Float[Array, "P n"]:

@@ -126,7 +126,7 @@ class Teacher(Feature):
     def anneal(self, hyper: Hyper, env_steps: UInt32[Array, "2"]) -> Hyper:
         return {**hyper, "teacher_coef": teacher_weight(hyper["teacher_coef"], env_steps, self.teacher_steps)}
 
-    def labels(self, learner, envs, keys, t, hyper) -> dict[str, Array]:
+    def labels(self, learner, params, envs, keys, t, hyper) -> dict[str, Array]:
         """The teacher's action on the slots it labels (global index a multiple of
         `every`), -1 on the others; all -1, without running the teacher, once every
         member's (annealed) weight is 0."""

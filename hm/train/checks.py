@@ -56,6 +56,15 @@ def check_float(config: Any, name: str, low: float, high: float | None, *,
         raise ConfigError(flag(name), f"{flag(name)} must be {span}; got {value!r}")
 
 
+def check_every(config: Any, name: str, devices: int) -> None:
+    """`getattr(config, name)`, a labelling stride (one env slot in k), unset or dividing
+    each device's share of `num_envs` (so local slot i is labelled when its global index is)."""
+    every = getattr(config, name)
+    if every is not None and config.num_envs % (every * devices):
+        raise ConfigError(flag(name), f"{flag(name)} must divide each device's share of --num-envs "
+                                      f"({config.num_envs} / {devices} device(s)); got {every!r}")
+
+
 def any_member_above_zero(config: Any, name: str) -> bool:
     """Whether setting `name` is above 0 for any member of a population: its value or
     one of its swept values (`config.sweep`)."""

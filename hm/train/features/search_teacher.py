@@ -26,7 +26,7 @@ from jaxtyping import Array, Float
 
 from hm import game, search
 from hm.train import distributions, ppo
-from hm.train.checks import ConfigError, any_member_above_zero, check_float, check_int
+from hm.train.checks import ConfigError, any_member_above_zero, check_every, check_float, check_int
 from hm.train.features.base import Feature, Hyper
 from hm.train.network import Network, evaluate
 
@@ -68,11 +68,8 @@ def validate(config, devices: int) -> None:
     check_float(config, "search_coef", 0.0, None)
     check_int(config, "search_simulations", 1, 1024)
     check_int(config, "search_every", 1, optional=True)
-    if config.search_every is not None and used(config) and config.num_envs % (config.search_every * devices):
-        raise ConfigError(
-            "--search-every",
-            f"--search-every must divide each device's share of --num-envs ({config.num_envs} / "
-            f"{devices} device(s)); got {config.search_every!r}")
+    if used(config):
+        check_every(config, "search_every", devices)
 
 
 def every(config, devices: int) -> int:

@@ -26,7 +26,7 @@ from jaxtyping import Array, Bool, Float, Int32, Key, UInt32
 from hm import game
 from hm.players import greedy
 from hm.train import distributions, ppo
-from hm.train.checks import ConfigError, any_member_above_zero, check_float, check_int
+from hm.train.checks import ConfigError, any_member_above_zero, check_every, check_float, check_int
 from hm.train.features.base import Feature, Hyper
 
 # The teacher labels one env slot in this many unless `teacher_every` says otherwise.
@@ -68,11 +68,8 @@ def validate(config, devices: int) -> None:
     check_float(config, "teacher_coef", 0.0, None)
     check_int(config, "teacher_steps", 1, optional=True)
     check_int(config, "teacher_every", 1, optional=True)
-    if config.teacher_every is not None and used(config) and config.num_envs % (config.teacher_every * devices):
-        raise ConfigError(
-            "--teacher-every",
-            f"--teacher-every must divide each device's share of --num-envs ({config.num_envs} / "
-            f"{devices} device(s)); got {config.teacher_every!r}")
+    if used(config):
+        check_every(config, "teacher_every", devices)
 
 
 def resolve(config, devices: int) -> tuple[dict, list[str]]:

@@ -301,7 +301,7 @@ class HackMatrixVectorEnv(gymnasium.vector.VectorEnv):
     returned observation is its new game's first, the ended episode's last observation is
     row i of `info["final_obs"]` and its info is `info["final_info"]` (each key with a
     `_key` mask, true where the episode ended; `info["_final_obs"]` likewise). The step's own
-    info keys (`won`, `died`, `illegal`, `stage`, `reward_terms`, `episode_return`,
+    info keys (`won`, `died`, `illegal`, `stage`, `programs_owned`, `reward_terms`, `episode_return`,
     `episode_length`) are masked false at ended games in the top-level info, where the new
     game has no such values yet; `action_mask` is for the returned observation, every game.
 

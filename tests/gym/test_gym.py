@@ -85,7 +85,7 @@ def test_random_rollout_follows_the_masks_and_the_space():
         steps += 1
         assert obs in env.observation_space
         assert isinstance(reward, float) and type(terminated) is bool and type(truncated) is bool
-        assert set(info) == {"action_mask", "won", "died", "illegal", "stage", "reward_terms",
+        assert set(info) == {"action_mask", "won", "died", "illegal", "stage", "programs_owned", "reward_terms",
                              "episode_return", "episode_length"}
         assert set(info["reward_terms"]) == set(C.REWARD_TERMS)
         assert all(isinstance(v, np.ndarray) for v in info.values() if not isinstance(v, dict))

@@ -50,7 +50,7 @@ def test_default_config_resolves_as_the_issue_says():
 
 def test_explicit_values_win():
     config = TrainConfig(num_envs=2048, num_minibatches=16, update_epochs=3, lr=1e-3,
-                         precision="bf16", updates_per_call=5, teacher_every=4, teacher_steps=1000)
+                         precision="bf16", updates_per_call=5, teacher_every=4, teacher_steps=1000, search_every=2)
     resolved = resolve(config, "cpu", 1)
     assert (resolved.num_minibatches, resolved.update_epochs, resolved.lr) == (16, 3, 1e-3)
     assert (resolved.precision, resolved.updates_per_call, resolved.teacher_every) == ("bf16", 5, 4)

@@ -5,7 +5,7 @@ A `Trainer` owns one run around it: it sets the run up (its directory, `hm.train
 resuming, `hm.train.resume`), then makes the calls, logs metrics to TensorBoard and the
 console, checks health, saves checkpoints on a timer and at the end, and exports the
 policy. `run` is the loop with signal handling and exit codes; `bin/train`
-(`hm.tools.train`) only parses flags and calls it.
+only parses flags and calls it.
 
 Every process of a multi-host run executes the same code: decisions that involve a
 collective (stop, save) are agreed on by all processes, and only process 0 writes files,

@@ -65,6 +65,12 @@ def check_every(config: Any, name: str, devices: int) -> None:
                                       f"({config.num_envs} / {devices} device(s)); got {every!r}")
 
 
+def auto_every(config: Any, devices: int, default: int) -> int:
+    """The automatic labelling stride: `default`, or its largest divisor that divides each
+    device's share of `num_envs`."""
+    return math.gcd(config.num_envs // devices, default)
+
+
 def any_member_above_zero(config: Any, name: str) -> bool:
     """Whether setting `name` is above 0 for any member of a population: its value or
     one of its swept values (`config.sweep`)."""

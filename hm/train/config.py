@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 from hm.train import features
 from hm.train.checks import ConfigError, check_float, check_int, flag, is_int, is_number
-from hm.train.features import search_teacher, teacher
 from hm.train.network import CRITICS
 from hm.train.network import KINDS as NETWORKS
 
@@ -284,17 +283,14 @@ def resolve(config: TrainConfig, backend: str, num_devices: int) -> ResolvedConf
     if k is None:
         k = _auto_updates_per_call(batch, max(1, config.total_timesteps // batch))
         auto.append("updates_per_call")
-    teacher_fields, teacher_auto = teacher.resolve(config, devices)
-    auto += teacher_auto
-    if config.search_every is None:
-        teacher_fields["search_every"] = search_teacher.every(config, devices)
-        auto.append("search_every")
+    feature_fields, feature_auto = features.resolve(config, devices)
+    auto += feature_auto
     if config.devices is None:
         auto.append("devices")
     fields = dataclasses.asdict(config)
     fields.update(
         lr=float(lr), num_minibatches=minibatches, update_epochs=epochs, precision=precision,
-        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), **teacher_fields,
+        updates_per_call=k, devices=devices, backend=backend, auto=tuple(auto), **feature_fields,
     )
     for name in ("gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm", "value_norm",
                  "curriculum", "teacher_coef", "program_bonus"):

@@ -27,10 +27,20 @@ def build(env, config, axis_name: str | None = None, teacher_policy=None, progra
     return tuple(feature for feature in built if feature is not None)
 
 
+def resolve(config, devices: int) -> tuple[dict, list[str]]:
+    """Each feature's automatic fields made concrete, and their names."""
+    fields, auto = {}, []
+    for module in MODULES:
+        more, names = module.resolve(config, devices)
+        fields.update(more)
+        auto += names
+    return fields, auto
+
+
 def validate(config, devices: int) -> None:
     """Each feature's fields in range (`ConfigError` naming the flag)."""
     for module in MODULES:
         module.validate(config, devices)
 
 
-__all__ = ["CONFIGS", "Feature", "Hyper", "MODULES", "SWEEPABLE", "build", "validate"]
+__all__ = ["CONFIGS", "Feature", "Hyper", "MODULES", "SWEEPABLE", "build", "resolve", "validate"]

@@ -1,8 +1,9 @@
 """What a training feature is: one optional part of the learner, with its hooks.
 
-A feature owns its config fields (a dataclass mixin of `hm.train.config.TrainConfig`),
-the hyper-parameters it reads as traced values (`sweepable`: a population may sweep
-them), what it stores with each rollout step, its loss term and its metrics. The learner
+A feature's module owns its config fields (a dataclass mixin of
+`hm.train.config.TrainConfig`), the hyper-parameters it reads as traced values (its
+`SWEEPABLE`: a population may sweep them), the concrete values of its automatic fields
+(`resolve`), their checks (`validate`), and the feature itself: what it stores with each rollout step, its loss term and its metrics. The learner
 (`hm.train.learner`) calls every active feature's hooks at fixed points of an update:
 
     anneal(hyper, env_steps)          at the update's start: its traced values now
@@ -15,13 +16,13 @@ them), what it stores with each rollout step, its loss term and its metrics. The
         loss(logits, batch, hyper, axis_name)      a term added to PPO's loss, and metrics
     metrics(params, hyper)            per-update metrics (per member)
 
-Each hook's default does nothing. A feature is active when `active(config)` says so;
-an inactive one is not built, so it adds nothing to the compiled program. To add a
+Each hook's default does nothing. A module's `build` returns None for a config that
+does not use its feature, so an unused feature adds nothing to the compiled program. To add a
 feature: one module in `hm/train/features/` with its config mixin and `Feature`
 subclass, listed in `hm.train.features`, and its test.
 """
 
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 from jaxtyping import Array, Float, Int32, Key, UInt32
@@ -32,9 +33,6 @@ Hyper = dict[str, Any]
 
 class Feature(eqx.Module):
     """One optional part of training (see the module docstring)."""
-
-    # the config fields this feature reads as traced per-member values
-    sweepable: ClassVar[tuple[str, ...]] = ()
 
     def anneal(self, hyper: Hyper, env_steps: UInt32[Array, "2"]) -> Hyper:
         """`hyper` at the start of an update after `env_steps` env steps."""

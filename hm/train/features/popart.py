@@ -39,12 +39,16 @@ def validate(config, devices: int) -> None:
     check_float(config, "value_norm", 0.0, 1.0)
 
 
+def resolve(config, devices: int) -> tuple[dict, list[str]]:
+    """No automatic fields."""
+    del config, devices
+    return {}, []
+
+
 class PopArt(Feature):
     """Moves the value statistics before each member's epochs."""
 
     axis_name: str | None = eqx.field(static=True)
-
-    sweepable = SWEEPABLE
 
     def before_epochs(self, params, targets, hyper, update):
         """Move the statistics towards this batch's targets (`ppo.value_statistics`) at

@@ -66,6 +66,12 @@ def validate(config, devices: int) -> None:
         seen.add(name)
 
 
+def resolve(config, devices: int) -> tuple[dict, list[str]]:
+    """No automatic fields."""
+    del config, devices
+    return {}, []
+
+
 def weight_vector(terms: tuple[str, ...], weights: tuple[tuple[str, float], ...]) -> np.ndarray | None:
     """The training reward's weight of each of the env's reward `terms`, in their order;
     None when every weight is 1 (the learner then uses the env's reward itself, exactly).
@@ -91,8 +97,6 @@ class Reward(Feature):
     weights: tuple[float, ...] | None = eqx.field(static=True)
     bonus: bool = eqx.field(static=True)
     count: Callable = eqx.field(static=True, default=game.programs_owned)
-
-    sweepable = SWEEPABLE
 
     def reward(self, reward, before, out, hyper: Hyper):
         if self.weights is not None:

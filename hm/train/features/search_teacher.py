@@ -26,7 +26,7 @@ from jaxtyping import Array, Float
 
 from hm import game, search
 from hm.train import distributions, ppo
-from hm.train.checks import ConfigError, any_member_above_zero, check_every, check_float, check_int
+from hm.train.checks import ConfigError, any_member_above_zero, auto_every, check_every, check_float, check_int
 from hm.train.features.base import Feature, Hyper
 from hm.train.network import Network, evaluate
 
@@ -72,11 +72,11 @@ def validate(config, devices: int) -> None:
         check_every(config, "search_every", devices)
 
 
-def every(config, devices: int) -> int:
-    """The concrete `search_every`."""
-    import math
-
-    return config.search_every or math.gcd(config.num_envs // devices, SEARCH_EVERY)
+def resolve(config, devices: int) -> tuple[dict, list[str]]:
+    """The concrete `search_every`, and whether it was automatic."""
+    if config.search_every is not None:
+        return {}, []
+    return {"search_every": auto_every(config, devices, SEARCH_EVERY)}, ["search_every"]
 
 
 class SearchTeacher(Feature):
@@ -87,8 +87,6 @@ class SearchTeacher(Feature):
     settings: search.Search = eqx.field(static=True)
     term_weights: tuple[tuple[str, float], ...] = eqx.field(static=True)
     precision: str = eqx.field(static=True)
-
-    sweepable = SWEEPABLE
 
     def labels(self, learner, params, envs, keys, t, hyper) -> dict[str, Array]:
         """`search_policy` [P, n, A]: the search's improved policy on the slots it labels

@@ -14,7 +14,6 @@ The teacher is the greedy scripted player of `bin/evaluate --baseline greedy`
 """
 
 import dataclasses
-import math
 from collections.abc import Callable
 
 import equinox as eqx
@@ -26,7 +25,7 @@ from jaxtyping import Array, Bool, Float, Int32, Key, UInt32
 from hm import game
 from hm.players import greedy
 from hm.train import distributions, ppo
-from hm.train.checks import ConfigError, any_member_above_zero, check_every, check_float, check_int
+from hm.train.checks import ConfigError, any_member_above_zero, auto_every, check_every, check_float, check_int
 from hm.train.features.base import Feature, Hyper
 
 # The teacher labels one env slot in this many unless `teacher_every` says otherwise.
@@ -79,7 +78,7 @@ def resolve(config, devices: int) -> tuple[dict, list[str]]:
         fields["teacher_steps"] = auto_teacher_steps(config.total_timesteps)
         auto.append("teacher_steps")
     if config.teacher_every is None:
-        fields["teacher_every"] = math.gcd(config.num_envs // devices, TEACHER_EVERY)
+        fields["teacher_every"] = auto_every(config, devices, TEACHER_EVERY)
         auto.append("teacher_every")
     return fields, auto
 
@@ -117,8 +116,6 @@ class Teacher(Feature):
     teacher_steps: int = eqx.field(static=True)
     every: int = eqx.field(static=True)
     policy: Callable = eqx.field(static=True, default=greedy_teacher)
-
-    sweepable = SWEEPABLE
 
     def anneal(self, hyper: Hyper, env_steps: UInt32[Array, "2"]) -> Hyper:
         return {**hyper, "teacher_coef": teacher_weight(hyper["teacher_coef"], env_steps, self.teacher_steps)}

@@ -10,6 +10,11 @@ Every function takes and returns a single, unbatched game; batch with `jax.vmap`
     state = from_dict(d); d = to_dict(state)
     text = render(state)
     state = restart(done, state, fresh)                 # auto-reset to a new game
+
+`reset`, `reset_where`, `step`, `legal_actions` and `observe` are `jax.jit` functions.
+Called inside another program (under `jit`, `vmap`, `scan`) they are traced once per
+argument shape and XLA inlines them, so a program's result is the same as without; called
+eagerly, each compiles once instead of running op by op.
 """
 
 from hm.game import constants

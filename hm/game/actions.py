@@ -94,6 +94,7 @@ def _program_conditions(state: GameState, o: _Occupancy) -> Bool[Array, "23"]:
     return ((word >> _PROGRAM_IDS.astype(np.uint32)) & np.uint32(1)) != 0
 
 
+@jax.jit
 def legal_actions(state: GameState) -> Bool[Array, "28"]:
     """The legal-action mask of §5: a direction is legal unless it leads off the board or
     into a block that no enemy stands on (§7 attacks such an enemy)."""

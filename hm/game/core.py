@@ -64,6 +64,7 @@ _fresh_game_where = batching.where_selected(
     + ["0.history.top", "0.history.depth", "1"], 64, 8)
 
 
+@jax.jit
 def reset_where(done: Bool[Array, ""], state: GameState, obs: Observation, key: Key[Array, ""],
                 stage: Int32[Array, ""] | int = 1) -> tuple[GameState, Observation]:
     """`reset(key, stage)` where `done`, else `(state, obs)`: the auto-reset of a vectorised env.
@@ -90,6 +91,7 @@ def _select_unless_all(pred, a, b):
     return batching.select(pred, a, b)
 
 
+@jax.jit
 def reset(key: Key[Array, ""], stage: Int32[Array, ""] | int = 1) -> tuple[GameState, Observation]:
     """A new game (§12.5) and its observation. A `stage` above 1 is a curriculum start
     (`generation.curriculum_game`, docs/rules.md#curriculum-starts), not a rule of the game."""
@@ -97,6 +99,7 @@ def reset(key: Key[Array, ""], stage: Int32[Array, ""] | int = 1) -> tuple[GameS
     return state, observe(state)
 
 
+@jax.jit
 def step(state: GameState, action: Int32[Array, ""], key: Key[Array, ""]
          ) -> tuple[GameState, Observation, Float32[Array, ""], Bool[Array, ""], Info]:
     """Apply one action (§6). An illegal action leaves the state as it was, gives reward 0

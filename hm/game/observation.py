@@ -26,6 +26,7 @@ free; `player`, `programs` and `grid` are read from it.
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -234,6 +235,7 @@ def _expand(table: Int32[Array, "321"]) -> Float32[Array, "1545"]:
     return jnp.where(_IS_FLOAT, lax.bitcast_convert_type(word, jnp.float32), _f32(hit))
 
 
+@jax.jit
 def observe(state: GameState) -> Observation:
     """Encode `state` exactly as §15 specifies (float32 quotients)."""
     return Observation(values=_expand(_source(state)))

@@ -137,6 +137,8 @@ class SearchPlayer(AbstractPlayer):
 
 
 PROGRAM_RULES = ("ban", "eager")
+# "as-is" leaves the mask alone: the arm that plays as the player itself does
+RULES = ("as-is",) + PROGRAM_RULES
 
 
 class ProgramRule(AbstractPlayer):
@@ -145,23 +147,27 @@ class ProgramRule(AbstractPlayer):
     * "ban": the program actions are masked out (where nothing else is legal, the mask is
       left as it is, so there is always an action).
     * "eager": whenever some program is legal, only programs are; `inner` picks which.
+    * "as-is": the mask is left alone, so it plays exactly as `inner` does.
 
     Until a program is first legal in a game the mask `inner` sees is the game's own, so
-    the game is played exactly as `inner` plays it (same mask, same key).
+    the game is played exactly as `inner` plays it (same mask, same key). The rule is an
+    array, not a static field, so the three rules of one `inner` share one compiled program.
     """
 
     inner: AbstractPlayer
-    rule: str = eqx.field(static=True)
+    rule: Int32[Array, ""]
 
-    def __check_init__(self):
-        if self.rule not in PROGRAM_RULES:
-            raise ValueError(f"rule must be one of {PROGRAM_RULES}; got {self.rule!r}")
+    def __init__(self, inner: AbstractPlayer, rule: str):
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
+        self.inner = inner
+        self.rule = jnp.asarray(RULES.index(rule), jnp.int32)
 
     def choose(self, states, obs, mask, key):
         program = jnp.broadcast_to(jnp.arange(mask.shape[-1]) >= C.PROGRAM_ACTION_OFFSET, mask.shape)
-        if self.rule == "ban":
-            allowed = mask & ~program
-            allowed = jnp.where(jnp.any(allowed, axis=-1, keepdims=True), allowed, mask)
-        else:
-            allowed = jnp.where(jnp.any(mask & program, axis=-1, keepdims=True), mask & program, mask)
+        banned = mask & ~program
+        banned = jnp.where(jnp.any(banned, axis=-1, keepdims=True), banned, mask)
+        eager = jnp.where(jnp.any(mask & program, axis=-1, keepdims=True), mask & program, mask)
+        allowed = jnp.select([self.rule == RULES.index("ban"), self.rule == RULES.index("eager")],
+                             [banned, eager], mask)
         return self.inner.choose(states, obs, allowed, key)

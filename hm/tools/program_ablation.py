@@ -67,8 +67,8 @@ def ablate(player: AbstractPlayer, num_episodes: int, max_steps: int = DEFAULT_M
     Raises:
         ProgramAblationError: the arms differ on a game in which no program was legal.
     """
-    results = {arm: run_episodes(player if arm == "as-is" else ProgramRule(inner=player, rule=arm),
-                                 num_episodes, max_steps, seed) for arm in ARMS}
+    # Every arm is a `ProgramRule` of `player` ("as-is" included), so one program plays all three.
+    results = {arm: run_episodes(ProgramRule(inner=player, rule=arm), num_episodes, max_steps, seed) for arm in ARMS}
     base = results["as-is"]
     paired = base.program_legal
     untouched = ~paired

@@ -274,6 +274,7 @@ def test_vmap_of_step_takes_every_batched_rule(played):
     """Tracing `vmap(step)` (and `vmap(reset_where)`) runs every batched rule's batched
     version, and leaves no `custom_vmap` call to run game by game."""
     state, obs = played
+    jax.clear_caches()      # `step` and `reset_where` are jitted: trace them anew, not from the cache
     before = dict(batching.batched_traces)
     stepped = jax.make_jaxpr(jax.vmap(game.step))(state, jnp.zeros(GAMES, jnp.int32), keys(8))
     reset = jax.make_jaxpr(jax.vmap(game.reset_where))(jnp.ones(GAMES, bool), state, obs, keys(9))

@@ -1,6 +1,8 @@
 """`hm.tools.program_ablation`: the `ProgramRule` masks, and the paired arms on random play
 (a network of `BASELINE_ARCHITECTURE`'s shape, as in test_evaluate.py)."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -29,6 +31,7 @@ def _mask(*legal: int) -> jax.Array:
     ("ban", (PROGRAM,), PROGRAM),            # nothing else is legal: the mask is left alone
     ("eager", (MOVE, C.ACTION_SIPHON, PROGRAM), PROGRAM),
     ("eager", (MOVE, C.ACTION_SIPHON), C.ACTION_SIPHON),   # no program legal: the game's own mask
+    ("as-is", (MOVE, PROGRAM), PROGRAM),     # the game's own mask
 ])
 def test_program_rule_masks(rule, legal, chosen):
     player = ProgramRule(inner=LastLegal(), rule=rule)
@@ -37,12 +40,15 @@ def test_program_rule_masks(rule, legal, chosen):
 
 
 def test_program_rule_refuses_an_unknown_rule():
-    with pytest.raises(ValueError, match="rule must be one of"):
+    with pytest.raises(ValueError, match="rule must be one of .'as-is', 'ban', 'eager'."):
         ProgramRule(inner=LastLegal(), rule="sometimes")
 
 
-def test_arms_are_paired_and_keep_their_rules():
-    report = program_ablation.ablate(random_player(), num_episodes=48, max_steps=96, seed=3)
+def test_arms_are_paired_and_keep_their_rules(caplog):
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+        report = program_ablation.ablate(random_player(), num_episodes=48, max_steps=96, seed=3)
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling _play_chunk")]
+    assert len(compiled) <= 1, "the three arms share one compiled program"
     assert report["paired_games"] > 0
     assert report["ban"]["ran_share"] == 0.0 and report["ban"]["runs_per_game"] == 0.0
     # eager runs a program at the first state where one is legal, in every paired game

@@ -216,7 +216,10 @@ def train_probe(kind: str, critic: str):
         network=kind, critic=critic, gamma=GAMMA, ent_coef=0.01, lr=5e-3, max_episode_steps=5,
         updates_per_call=UPDATES, precision="f32"), "cpu", 1)
     mesh = make_mesh(1)
-    state, _ = make_train_fn(resolved, env, mesh)(init(resolved, 0, env=env, mesh=mesh))
+    # The suite compiles without LLVM's optimisations (tests/conftest.py), under which this
+    # program's convolutions run five times slower than it takes to compile them optimised.
+    train = jax.jit(make_train_fn(resolved, env, mesh), compiler_options={"xla_backend_optimization_level": 2})
+    state, _ = train(init(resolved, 0, env=env, mesh=mesh))
     states = TabularState(state=jnp.arange(len(PROBE_STATES), dtype=jnp.int32))
     logits, values = evaluate(member_of(state.params, 0), jax.vmap(env.game_observation)(states), "f32")
     probs = distributions.probs(logits, env.tabular.legal)

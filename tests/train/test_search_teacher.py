@@ -28,14 +28,20 @@ GAME = plain(num_envs=8, num_steps=2, total_timesteps=8 * 2, hidden_dim=16, num_
              search_coef=1.0, search_simulations=4, search_every=4, precision="f32")
 
 
-def rollout(config):
+def rollout(config, search_coef: float | None = None):
+    """One rollout of `config`; with `search_coef`, of the same compiled program with the
+    member's weight set to it (as a sweep or an anneal would)."""
     resolved, env = resolve(config, "cpu", 1), HackMatrix()
     learner = Learner(env=env, config=resolved, features=features.build(env, resolved))
     state = init(resolved, env=env)
     hyper = jax.tree.map(jnp.asarray, make_hyper(resolved))
-    _, trajectory, _ = eqx.filter_jit(Learner.rollout)(learner, state.params, state.envs,
-                                                       jax.random.split(jax.random.key(0), 1), hyper)
+    if search_coef is not None:
+        hyper["search_coef"] = jnp.full_like(hyper["search_coef"], search_coef)
+    _, trajectory, _ = _rollout(learner, state.params, state.envs, jax.random.split(jax.random.key(0), 1), hyper)
     return trajectory
+
+
+_rollout = eqx.filter_jit(Learner.rollout)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def test_the_search_labels_every_kth_slot_with_a_policy_over_the_legal_actions(s
 
 
 def test_weight_zero_searches_nothing():
-    quiet = rollout(dataclasses.replace(GAME, sweep=(("search_coef", (0.0,)),)))
+    quiet = rollout(GAME, search_coef=0.0)
     assert not np.asarray(quiet.extras["search_labelled"]).any()
 
 

@@ -1,15 +1,14 @@
 """`hm.tools.program_ablation`: the `ProgramRule` masks, and the paired arms on random play
 (a network of `BASELINE_ARCHITECTURE`'s shape, as in test_evaluate.py)."""
 
-import logging
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from hm.game import constants as C
-from hm.tools import program_ablation
+from hm.tools import evaluate, program_ablation
 from hm.tools.players import AbstractPlayer, ProgramRule, random_player
+from tests.train.compiles import compilations
 
 MOVE = 0
 PROGRAM = C.PROGRAM_ACTION_OFFSET + 2
@@ -44,11 +43,10 @@ def test_program_rule_refuses_an_unknown_rule():
         ProgramRule(inner=LastLegal(), rule="sometimes")
 
 
-def test_arms_are_paired_and_keep_their_rules(caplog):
-    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+def test_arms_are_paired_and_keep_their_rules():
+    with compilations(evaluate._play_chunk) as compiled:
         report = program_ablation.ablate(random_player(), num_episodes=48, max_steps=96, seed=3)
-    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling _play_chunk")]
-    assert len(compiled) <= 1, "the three arms share one compiled program"
+    assert len(compiled) == 1, "the three arms share one compiled program"
     assert report["paired_games"] > 0
     assert report["ban"]["ran_share"] == 0.0 and report["ban"]["runs_per_game"] == 0.0
     # eager runs a program at the first state where one is legal, in every paired game

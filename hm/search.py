@@ -40,7 +40,19 @@ What the tree does (docs/search.md has the reasons and the measurements):
   this pull a search that kept the player alive often went round in circles instead of
   leaving the stage. It is a function of the state, not a reward, so no loop of moves
   can farm it; measured from the root's distance, it is 0 where the player stands, so an
-  ended game (value 0) is not made to look better than standing still.
+  ended game (value 0) is not made to look better than standing still. A node on a later
+  stage than the root's counts as at that exit (the whole pull): the next stage's exit
+  is on another board, and measured there, leaving the stage looked worse than standing
+  next to the exit whenever the new exit was farther than the old one had been.
+* The pull grows with the turns the game has spent on its stage: by `distance_weight`
+  every `patience` turns (the root's turn count, so one weight per tree). A critic that
+  fears a corner of the board can hold a search in a loop of two cells for hundreds of
+  moves (each move's best is going back); the growing pull ends such a loop, and on a
+  stage played at an ordinary pace it hardly changes anything.
+* An UNDO edge pays back the kills and pickups it brings back (`SearchReward.charge_undo`):
+  the game pays them again when they are taken again, and a tree found that loop.
+* `chance_samples` K > 1 draws each edge's step K times at its expansion and starts the
+  edge's estimate at their mean (the tree keeps one child).
 * `root_searches` K > 1 runs K independent searches of the same root (K × the
   simulations) and plays the likeliest action of their mean improved policy: a second
   way to average over the enemy phase's randomness.
@@ -66,10 +78,13 @@ from hm.game.actions import player_cell
 from hm.game.reward import exit_distance
 
 ILLEGAL_LOGIT = -1e9
-# The least Q span the normalisation stretches to [0, 1], in reward units, and the leaf
-# value's cost per cell of exit distance (docs/journal/2026-12-02-search-at-play.md).
+UNDO_ACTION = C.PROGRAM_ACTION_OFFSET + C.UNDO
+# The least Q span the normalisation stretches to [0, 1], in reward units, the leaf
+# value's cost per cell of exit distance, and the turns on a stage by which that cost
+# grows by itself (docs/journal/2026-12-02-search-at-play.md, 2026-12-02-search-wandering.md).
 DEFAULT_Q_SPAN = 1.0
 DEFAULT_DISTANCE_WEIGHT = 0.05
+DEFAULT_PATIENCE = 20.0
 
 
 class AbstractEvaluator(eqx.Module):
@@ -84,38 +99,60 @@ class AbstractEvaluator(eqx.Module):
 
 class SearchReward(eqx.Module):
     """The reward of a search edge: the game's reward terms (`C.REWARD_TERMS`) weighted
-    by `term_weights`, plus `program_bonus` × the change in the programs owned.
+    by `term_weights`, plus `program_bonus` × the change in the programs owned, less,
+    on an UNDO edge with `charge_undo`, the kills and pickups it brings back.
 
-    Set these as the evaluator's value was trained (a policy's training config:
-    `hm.tools.players.reward_of_config`), so that reward and value add up. All weights 1
-    and no bonus is the game's own reward, bit for bit.
+    Set the weights as the evaluator's value was trained (a policy's training config:
+    `hm.tools.players.reward_of_config`), so that reward and value add up. All weights 1,
+    no bonus and no charge is the game's own reward, bit for bit.
+
+    The charge: the game pays a kill per enemy or transmission removed and a pickup per
+    pickup walked onto, and UNDO brings them back without taking the pay back (§9.10),
+    so a tree can farm a loop of kill (or pickup) and UNDO, paid each time round. With
+    `charge_undo`, an UNDO edge pays back the kill reward of each enemy and transmission
+    it restores and the pickup reward of each pickup cell, weighted like the terms, so a
+    loop nets nothing. The counts are net: an UNDO that also takes away a transmission
+    spawned since its snapshot is charged one kill less.
     """
 
     term_weights: Float[Array, " terms"]
     program_bonus: Float[Array, ""]
+    charge_undo: bool = eqx.field(static=True)
 
-    def __init__(self, term_weights: Mapping[str, float] | None = None, program_bonus: float | Float[Array, ""] = 0.0):
+    def __init__(self, term_weights: Mapping[str, float] | None = None, program_bonus: float | Float[Array, ""] = 0.0,
+                 charge_undo: bool = True):
         weights = dict(term_weights or {})
         if unknown := sorted(set(weights) - set(C.REWARD_TERMS)):
             raise ValueError(f"SearchReward: unknown reward terms {unknown}; the terms are {list(C.REWARD_TERMS)}")
         self.term_weights = jnp.asarray([weights.get(name, 1.0) for name in C.REWARD_TERMS], jnp.float32)
         self.program_bonus = jnp.asarray(program_bonus, jnp.float32)
+        self.charge_undo = charge_undo
 
-    def __call__(self, before: game.GameState, after: game.GameState, reward: Float[Array, ""],
-                 terms: Float[Array, " terms"]) -> Float[Array, ""]:
-        """The edge's reward from one game's step (`reward` and `terms` from `hm.game.step`)."""
+    def __call__(self, before: game.GameState, after: game.GameState, action: Int32[Array, ""],
+                 reward: Float[Array, ""], terms: Float[Array, " terms"]) -> Float[Array, ""]:
+        """The edge's reward from one game's step of `action` (`reward` and `terms` from `hm.game.step`)."""
         reweighted = reward + jnp.sum((self.term_weights - 1.0) * terms)
         gained = (game.programs_owned(after) - game.programs_owned(before)).astype(jnp.float32)
-        return reweighted + self.program_bonus * gained
+        paid = reweighted + self.program_bonus * gained
+        if not self.charge_undo:
+            return paid
+        weight = lambda name: self.term_weights[C.REWARD_TERMS.index(name)]
+        restored = lambda count: jnp.maximum(count(after) - count(before), 0).astype(jnp.float32)
+        entities = restored(lambda s: jnp.sum(s.enemies.alive, dtype=jnp.int32) + jnp.sum(s.transmissions.alive, dtype=jnp.int32))
+        pickups = restored(lambda s: jnp.sum(s.board.content == C.PICKUP, dtype=jnp.int32))
+        charge = weight("kills") * C.KILL_REWARD * entities + weight("pickup") * C.PICKUP_REWARD * pickups
+        return paid - jnp.where(action == UNDO_ACTION, charge, 0.0)
 
 
 class Node(eqx.Module):
-    """What the tree stores per node (batched): the game, whether it has ended, and the
-    root's exit distance (the zero of the distance pull)."""
+    """What the tree stores per node (batched): the game, whether it has ended, and its
+    root's stage, exit distance (the zero of the distance pull) and pull per cell."""
 
     state: game.GameState
     ended: Bool[Array, ""]
     root_distance: Float[Array, ""]
+    root_stage: Int32[Array, ""]
+    pull_weight: Float[Array, ""]
 
 
 class SearchOutput(eqx.Module):
@@ -136,9 +173,9 @@ def _step(reward: SearchReward, node: Node, action: Int32[Array, ""], key: PRNGK
     the child's legal actions. Below a game's end nothing changes and nothing is paid."""
     after, obs, game_reward, done, info = game.step(node.state, action, key)
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS]).astype(jnp.float32)
-    paid = reward(node.state, after, jnp.asarray(game_reward, jnp.float32), terms)
+    paid = reward(node.state, after, action, jnp.asarray(game_reward, jnp.float32), terms)
     after = jax.tree.map(lambda new, old: jnp.where(node.ended, old, new), after, node.state)
-    child = Node(state=after, ended=node.ended | done, root_distance=node.root_distance)
+    child = eqx.tree_at(lambda n: (n.state, n.ended), node, (after, node.ended | done))
     return child, obs.flat(), jnp.where(node.ended, 0.0, paid), game.legal_actions(after)
 
 
@@ -146,18 +183,40 @@ def _exit_distance(state: game.GameState) -> Float[Array, ""]:
     return exit_distance(state.board, player_cell(state)).astype(jnp.float32)
 
 
-def _recurrent_fn(params: tuple[AbstractEvaluator, SearchReward, float | Float[Array, ""], float | Float[Array, ""]],
-                  rng_key: PRNGKeyArray, action: Int32[Array, " n"], node: Node) -> tuple[mctx.RecurrentFnOutput, Node]:
-    evaluator, reward, discount, distance_weight = params
-    keys = jax.random.split(rng_key, action.shape[0])
-    child, obs, paid, mask = jax.vmap(functools.partial(_step, reward))(node, action, keys)
+def _pull(node: Node) -> Float[Array, ""]:
+    """The distance pull's cells: how much closer to the root stage's exit the player of
+    `node` stands than the root's; a node past the root's stage has reached that exit
+    (distance 0; the next stage's exit is measured on another board)."""
+    left = jnp.where(node.state.stage == node.root_stage, _exit_distance(node.state), 0.0)
+    return node.root_distance - left
+
+
+def _recurrent_fn(params: tuple[AbstractEvaluator, SearchReward, float | Float[Array, ""]],
+                  rng_key: PRNGKeyArray, action: Int32[Array, " n"], node: Node, samples: int = 1
+                  ) -> tuple[mctx.RecurrentFnOutput, Node]:
+    """Expand one edge of each game.
+
+    With `samples` K > 1 the edge's step is drawn K times (K enemy phases), and the tree
+    keeps the first child below the edge. The edge's first estimate, reward + discount ×
+    value, is then the mean over the K draws: the reward carries the other draws'
+    difference from the first (later simulations below the edge refine the first child's
+    value only)."""
+    evaluator, reward, discount = params
+    n = action.shape[0]
+    keys = jax.random.split(rng_key, samples * n)
+    repeat = lambda x: jnp.concatenate([x] * samples, axis=0)
+    child, obs, paid, mask = jax.vmap(functools.partial(_step, reward))(
+        jax.tree.map(repeat, node), repeat(action), keys)
     logits, value = evaluator(child.state, obs)
-    value = value + distance_weight * (child.root_distance - jax.vmap(_exit_distance)(child.state))
+    value = jnp.where(child.ended, 0.0, value + child.pull_weight * jax.vmap(_pull)(child))
+    gamma = jnp.where(child.ended, 0.0, discount).astype(jnp.float32)
+    estimate = jnp.mean((paid + gamma * value).reshape(samples, n), axis=0)
+    child, mask, logits, value, gamma, paid = jax.tree.map(lambda x: x[:n], (child, mask, logits, value, gamma, paid))
     output = mctx.RecurrentFnOutput(
-        reward=paid,
-        discount=jnp.where(child.ended, 0.0, discount).astype(jnp.float32),
+        reward=paid if samples == 1 else estimate - gamma * value,
+        discount=gamma,
         prior_logits=jnp.where(mask, logits, ILLEGAL_LOGIT),
-        value=jnp.where(child.ended, 0.0, value))
+        value=value)
     return output, child
 
 
@@ -175,8 +234,12 @@ class Search(eqx.Module):
     value_scale: float = eqx.field(static=True, default=0.1)    # mctx's σ scale
     maxvisit_init: float = eqx.field(static=True, default=50.0)
     root_searches: int = eqx.field(static=True, default=1)
+    # draws of each edge's step (enemy phase) at its expansion, their estimates averaged
+    chance_samples: int = eqx.field(static=True, default=1)
     # a node still running gains this per cell it stands closer to the exit than the root
     distance_weight: float = eqx.field(static=True, default=DEFAULT_DISTANCE_WEIGHT)
+    # turns on a stage (the root's) by which the pull grows by distance_weight; inf: fixed
+    patience: float = eqx.field(static=True, default=DEFAULT_PATIENCE)
 
     def __check_init__(self):
         checks = (("num_simulations", self.num_simulations >= 1, "at least 1"),
@@ -187,7 +250,9 @@ class Search(eqx.Module):
                   ("value_scale", self.value_scale > 0, "above 0"),
                   ("maxvisit_init", self.maxvisit_init >= 0, "at least 0"),
                   ("root_searches", self.root_searches >= 1, "at least 1"),
-                  ("distance_weight", self.distance_weight >= 0, "at least 0"))
+                  ("chance_samples", self.chance_samples >= 1, "at least 1"),
+                  ("distance_weight", self.distance_weight >= 0, "at least 0"),
+                  ("patience", self.patience > 0, "above 0"))
         for name, ok, span in checks:
             if not ok:
                 raise ValueError(f"Search.{name} must be {span}, got {getattr(self, name)}")
@@ -196,7 +261,13 @@ class Search(eqx.Module):
         """The settings, JSON-able (evaluation reports record them)."""
         return {name: getattr(self, name) for name in (
             "num_simulations", "max_num_considered_actions", "gumbel_scale", "discount", "q_span",
-            "value_scale", "maxvisit_init", "root_searches", "distance_weight")}
+            "value_scale", "maxvisit_init", "root_searches", "chance_samples", "distance_weight",
+            "patience")}
+
+    def pull_weight(self, states: game.GameState) -> Float[Array, " n"]:
+        """The distance pull per cell at each root: `distance_weight`, grown by itself every
+        `patience` turns the game has spent on its stage."""
+        return self.distance_weight * (1.0 + states.turn.astype(jnp.float32) / self.patience)
 
     def __call__(self, evaluator: AbstractEvaluator, reward: SearchReward, states: game.GameState,
                  key: PRNGKeyArray) -> SearchOutput:
@@ -211,14 +282,16 @@ class Search(eqx.Module):
         logits = jnp.where(mask, logits, ILLEGAL_LOGIT)
         ended = states.won | (states.player.hp <= 0)
         root = mctx.RootFnOutput(prior_logits=logits, value=jnp.where(ended, 0.0, value),
-                                 embedding=jax.vmap(Node)(states, ended, jax.vmap(_exit_distance)(states)))
+                                 embedding=jax.vmap(Node)(states, ended, jax.vmap(_exit_distance)(states),
+                                                          states.stage.astype(jnp.int32), self.pull_weight(states)))
         qtransform = functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=self.value_scale,
                                        maxvisit_init=self.maxvisit_init, epsilon=self.q_span)
         # mctx mixes int32 visit counts with float32 values, which `hm`'s tests (strict
         # dtype promotion) would refuse; its code is run under the standard rules
         with jax.numpy_dtype_promotion("standard"):
             out = mctx.gumbel_muzero_policy(
-                params=(evaluator, reward, self.discount, self.distance_weight), rng_key=key, root=root, recurrent_fn=_recurrent_fn,
+                params=(evaluator, reward, self.discount), rng_key=key, root=root,
+                recurrent_fn=functools.partial(_recurrent_fn, samples=self.chance_samples),
                 num_simulations=self.num_simulations, invalid_actions=~mask, qtransform=qtransform,
                 max_num_considered_actions=self.max_num_considered_actions, gumbel_scale=self.gumbel_scale)
             summary = out.search_tree.summary()

@@ -7,6 +7,7 @@ per setting, and the reward. Every search here is 8 games of one `Search` settin
 two, so the suite compiles the search few times.
 """
 
+import functools
 from typing import ClassVar
 
 import equinox as eqx
@@ -75,6 +76,7 @@ _step = jax.jit(jax.vmap(game.step))
 _legal = jax.jit(jax.vmap(game.legal_actions))
 # A search edge's reward for each game: one program whatever the weights and the bonus.
 _edge_reward = eqx.filter_jit(lambda reward, *edge: jax.vmap(reward)(*edge))
+_one_edge = eqx.filter_jit(lambda reward, *edge: reward(*edge))
 
 
 # A stage-8 board with the exit one step to the right: that step wins the game.
@@ -147,9 +149,9 @@ def test_one_simulation_follows_the_prior():
 
 
 def test_a_node_below_the_end_of_a_game_pays_nothing_and_has_no_future():
-    node = jax.vmap(search.Node)(batch(WIN, 2), jnp.array([False, True]), jnp.zeros(2))
+    node = jax.vmap(search.Node)(batch(WIN, 2), jnp.array([False, True]), jnp.zeros(2), jnp.full(2, 8), jnp.zeros(2))
     evaluator = FixedEvaluator(logits=jnp.zeros((2, C.NUM_ACTIONS)), value=jnp.full(2, 1000.0))
-    params = (evaluator, search.SearchReward(), 0.99, 0.0)
+    params = (evaluator, search.SearchReward(), 0.99)
     output, child = jax.jit(search._recurrent_fn)(params, jax.random.key(0), jnp.array([RIGHT, RIGHT]), node)
     # game 0 wins on this edge: the victory's reward, then value 0 and discount 0
     assert float(output.reward[0]) > 500 and float(output.discount[0]) == 0 and float(output.value[0]) == 0
@@ -158,6 +160,67 @@ def test_a_node_below_the_end_of_a_game_pays_nothing_and_has_no_future():
     assert float(output.reward[1]) == 0 and float(output.discount[1]) == 0 and float(output.value[1]) == 0
     for new, old in zip(jax.tree.leaves(child.state), jax.tree.leaves(node.state)):
         np.testing.assert_array_equal(np.asarray(new)[1], np.asarray(old)[1])
+
+
+def test_a_node_past_the_roots_stage_has_the_whole_distance_pull():
+    # stage 3, the exit one step to the right: the step completes the stage, and the
+    # player starts stage 4 away from its new exit; the pull counts the old exit reached
+    exit_next = game.from_dict({"player": {"row": 5, "col": 4}, "stage": 3, "exit": [5, 5]})
+    node = jax.vmap(search.Node)(batch(exit_next, 2), jnp.zeros(2, bool), jnp.ones(2), jnp.full(2, 3), jnp.full(2, 0.5))
+    evaluator = FixedEvaluator(logits=jnp.zeros((2, C.NUM_ACTIONS)), value=jnp.zeros(2))
+    params = (evaluator, search.SearchReward(), 0.99)
+    output, child = jax.jit(search._recurrent_fn)(params, jax.random.key(0), jnp.array([RIGHT, LEFT]), node)
+    np.testing.assert_array_equal(child.state.stage, [4, 3])
+    assert not bool(child.ended[0])
+    assert float(jax.vmap(search._exit_distance)(child.state)[0]) > 1   # the new exit is farther
+    # game 0: at the exit of the root's stage (+0.5 × 1); game 1: one cell farther (−0.5)
+    np.testing.assert_allclose(output.value, [0.5, -0.5])
+
+
+class SpawnValue(search.AbstractEvaluator):
+    """A value that depends on where the first transmission stands (its cell index)."""
+
+    def __call__(self, states, obs):
+        cell = (states.transmissions.row[:, 0].astype(jnp.float32) * C.COLS
+                + states.transmissions.col[:, 0].astype(jnp.float32))
+        return jnp.zeros((obs.shape[0], C.NUM_ACTIONS), jnp.float32), cell
+
+
+# A scheduled task falls due on this turn: the enemy phase spawns a transmission on a
+# random cell, so each draw of an edge's step may end somewhere else.
+SPAWN = game.from_dict({"player": {"row": 0, "col": 0}, "turn": 0, "nextScheduledTaskTurn": 1})
+
+
+def test_the_pull_grows_with_the_turns_spent_on_the_stage():
+    states = batch(game.from_dict({"player": {"row": 0, "col": 0}, "turn": 100}), 1)
+    fresh = batch(game.from_dict({"player": {"row": 0, "col": 0}}), 1)
+    grows = search.Search(distance_weight=0.05, patience=50.0)
+    np.testing.assert_allclose(grows.pull_weight(fresh), [0.05])
+    np.testing.assert_allclose(grows.pull_weight(states), [0.15])
+    np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(states), [0.05])
+
+
+def test_chance_samples_average_the_edges_first_estimate():
+    # K draws of each edge's step: reward + discount × value is their mean, and the tree
+    # keeps the first draw's child
+    states = batch(SPAWN)
+    node = jax.vmap(search.Node)(states, jnp.zeros(GAMES, bool), jax.vmap(search._exit_distance)(states), states.stage,
+                                 jnp.full(GAMES, 0.5))
+    params = (SpawnValue(), search.SearchReward(), 0.9)
+    actions = jnp.full(GAMES, UP, jnp.int32)
+    key, k = jax.random.key(7), 4
+    output, child = jax.jit(search._recurrent_fn, static_argnames="samples")(params, key, actions, node, samples=k)
+    draws = []
+    for keys in jax.random.split(key, k * GAMES).reshape(k, GAMES):
+        one, obs, paid, _ = jax.vmap(functools.partial(search._step, params[1]))(node, actions, keys)
+        value = SpawnValue()(one.state, obs)[1] + 0.5 * jax.vmap(search._pull)(one)
+        draws.append((np.asarray(paid + 0.9 * value), one))
+    mean = np.mean([estimate for estimate, _ in draws], axis=0)
+    np.testing.assert_allclose(np.asarray(output.reward + output.discount * output.value), mean, rtol=1e-5)
+    for kept, first in zip(jax.tree.leaves(child.state), jax.tree.leaves(draws[0][1].state)):
+        np.testing.assert_array_equal(np.asarray(kept), np.asarray(first))
+    # the draws differ (the transmission's cell), so the mean is not the first draw's
+    assert np.any(np.abs(draws[0][0] - mean) > 0.1)
 
 
 def test_is_deterministic_for_a_key_and_random_across_keys():
@@ -202,16 +265,44 @@ def test_the_default_reward_is_the_games_and_weights_and_bonus_apply():
     after, _, reward, _, info = _step(states, actions, keys)
     terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS], axis=1).astype(jnp.float32)
     own = search.SearchReward()
-    np.testing.assert_array_equal(_edge_reward(own, states, after, reward, terms), reward)
+    assert not np.any(np.asarray(actions) == search.UNDO_ACTION)   # no UNDO: nothing to charge
+    np.testing.assert_array_equal(_edge_reward(own, states, after, actions, reward, terms), reward)
     no_distance = search.SearchReward({"distance": 0.0})
-    np.testing.assert_allclose(_edge_reward(no_distance, states, after, reward, terms),
+    np.testing.assert_allclose(_edge_reward(no_distance, states, after, actions, reward, terms),
                                reward - info["reward_terms"]["distance"], atol=1e-5)
     # a program bonus pays B for each program that comes to be owned
     bare = game.from_dict({"player": {"row": 0, "col": 0}})
     owning = game.from_dict({"player": {"row": 0, "col": 0}, "ownedPrograms": [5, 6]})
     paid = _edge_reward(search.SearchReward(program_bonus=3.0), batch(bare), batch(owning),
-                        jnp.zeros(GAMES, jnp.float32), jnp.zeros((GAMES, len(C.REWARD_TERMS)), jnp.float32))
+                        jnp.zeros(GAMES, jnp.int32), jnp.zeros(GAMES, jnp.float32), jnp.zeros((GAMES, len(C.REWARD_TERMS)), jnp.float32))
     np.testing.assert_array_equal(paid, 6.0)
+
+
+# A daemon that cannot act next to a player who owns UNDO: killing it, undoing back to
+# before the kill (two UNDOs: the first pops the snapshot of this turn's start) and
+# killing it again is a loop the game pays a kill for each time round.
+UNDO_LOOP = game.from_dict({"player": {"row": 0, "col": 0, "hp": 3, "credits": 5},
+                            "enemies": [{"type": "daemon", "row": 0, "col": 1, "hp": 1, "disabledTurns": 9}],
+                            "ownedPrograms": [search.UNDO_ACTION]})
+
+
+def test_an_undo_that_brings_a_kill_back_pays_it_back():
+    undo = search.UNDO_ACTION
+    path = [UP, DOWN, RIGHT, undo, undo, RIGHT]   # to the daemon's side, kill, undo twice, kill
+    state, game_kills, charged, uncharged = UNDO_LOOP, [], [], []
+    for action in path:
+        after, _, reward, _, info = game.step(state, jnp.int32(action), jax.random.key(0))
+        assert not bool(info["illegal"])
+        terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS]).astype(jnp.float32)
+        edge = (state, after, jnp.int32(action), jnp.asarray(reward, jnp.float32), terms)
+        charged.append(float(_one_edge(search.SearchReward(), *edge)))
+        uncharged.append(float(_one_edge(search.SearchReward(charge_undo=False), *edge)))
+        game_kills.append(float(info["reward_terms"]["kills"]))
+        state = after
+    # the game pays the same kill twice; the second UNDO (the daemon is back) pays it back
+    np.testing.assert_allclose(game_kills, [0, 0, C.KILL_REWARD, 0, 0, C.KILL_REWARD])
+    difference = np.asarray(uncharged) - np.asarray(charged)
+    np.testing.assert_allclose(difference, [0, 0, 0, 0, C.KILL_REWARD, 0], atol=1e-6)
 
 
 @pytest.mark.parametrize("field, value, message", [

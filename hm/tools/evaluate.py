@@ -497,7 +497,7 @@ def make_player(player: AbstractPlayer | Network | str, greedy: bool = False,
     if player == "greedy":
         return GreedyPlayer()
     if player == "search":
-        return SearchPlayer(evaluator=HeuristicEvaluator(), reward=SearchReward(),   # the game's own reward
+        return SearchPlayer(evaluator=HeuristicEvaluator(), reward=SearchReward(),   # the game's own reward (UNDO charged)
                             search=search or Search(num_simulations=DEFAULT_BASELINE_SIMULATIONS))
     raise ValueError(f"player must be a Network, an AbstractPlayer or one of {BASELINES}; got {player!r}")
 
@@ -516,7 +516,8 @@ def search_settings(player: AbstractPlayer) -> dict[str, Any] | None:
     weights = np.asarray(player.reward.term_weights)
     return {**player.search.settings(),
             "reward": {"term_weights": {name: float(w) for name, w in zip(C.REWARD_TERMS, weights)},
-                       "program_bonus": float(player.reward.program_bonus)}}
+                       "program_bonus": float(player.reward.program_bonus),
+                       "charge_undo": player.reward.charge_undo}}
 
 
 def evaluate(player: AbstractPlayer | Network | str, num_episodes: int = DEFAULT_EPISODES, seed: int = 0,

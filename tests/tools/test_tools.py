@@ -256,7 +256,7 @@ def test_evaluate_plans_with_search_and_records_its_settings(fresh_run, tmp_path
     assert settings["policy"]["reward"]["term_weights"]["distance"] == 0.0
     assert settings["policy"]["reward"]["program_bonus"] > 0
     assert settings["search"]["reward"] == {"term_weights": {name: 1.0 for name in C.REWARD_TERMS},
-                                            "program_bonus": 0.0}
+                                            "program_bonus": 0.0, "charge_undo": True}
     assert "(search, 2 simulations)" in stdout.getvalue()
 
 

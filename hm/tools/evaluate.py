@@ -38,14 +38,15 @@ Python API (for benchmarks and scripts, on a network in memory):
                          # and program_owned_share, program_legal_share, siphons_per_episode
     report.to_json()     # one agent's report below
 
-`--json` writes, at `schema_version` 3 (a test pins every key):
+`--json` writes, at `schema_version` 4 (a test pins every key):
 
     schema_version  4
     policy          where the policy was read from, or null
     episodes, max_steps, seed, greedy, game_version
     search          {name: settings} for each agent that searches ("policy" with
                     `--search`, the "search" baseline): `hm.search.Search.settings()` and
-                    "reward": {"term_weights": {term: weight}, "program_bonus": B}
+                    "reward": {"term_weights": {term: weight}, "program_bonus": B,
+                    "charge_undo": bool}
                     (with `--all-members`, the baselines' here and each member's under
                     its own "search")
     agents          {name: report} for "policy", "random", "greedy", "search" (those evaluated)

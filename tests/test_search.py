@@ -177,6 +177,15 @@ def test_a_node_past_the_roots_stage_has_the_whole_distance_pull():
     np.testing.assert_allclose(output.value, [0.5, -0.5])
 
 
+def test_the_pull_grows_with_the_turns_spent_on_the_stage():
+    states = batch(game.from_dict({"player": {"row": 0, "col": 0}, "turn": 100}), 1)
+    fresh = batch(game.from_dict({"player": {"row": 0, "col": 0}}), 1)
+    grows = search.Search(distance_weight=0.05, patience=50.0)
+    np.testing.assert_allclose(grows.pull_weight(fresh), [0.05])
+    np.testing.assert_allclose(grows.pull_weight(states), [0.15])
+    np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(states), [0.05])
+
+
 class SpawnValue(search.AbstractEvaluator):
     """A value that depends on where the first transmission stands (its cell index)."""
 
@@ -189,15 +198,6 @@ class SpawnValue(search.AbstractEvaluator):
 # A scheduled task falls due on this turn: the enemy phase spawns a transmission on a
 # random cell, so each draw of an edge's step may end somewhere else.
 SPAWN = game.from_dict({"player": {"row": 0, "col": 0}, "turn": 0, "nextScheduledTaskTurn": 1})
-
-
-def test_the_pull_grows_with_the_turns_spent_on_the_stage():
-    states = batch(game.from_dict({"player": {"row": 0, "col": 0}, "turn": 100}), 1)
-    fresh = batch(game.from_dict({"player": {"row": 0, "col": 0}}), 1)
-    grows = search.Search(distance_weight=0.05, patience=50.0)
-    np.testing.assert_allclose(grows.pull_weight(fresh), [0.05])
-    np.testing.assert_allclose(grows.pull_weight(states), [0.15])
-    np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(states), [0.05])
 
 
 def test_chance_samples_average_the_edges_first_estimate():

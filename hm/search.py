@@ -44,11 +44,14 @@ What the tree does (docs/search.md has the reasons and the measurements):
   stage than the root's counts as at that exit (the whole pull): the next stage's exit
   is on another board, and measured there, leaving the stage looked worse than standing
   next to the exit whenever the new exit was farther than the old one had been.
-* The pull grows with the turns the game has spent on its stage: by `distance_weight`
-  every `patience` turns (the root's turn count, so one weight per tree). A critic that
+* The pull grows with the moves the player has made on its stage: by `distance_weight`
+  every `patience` moves (the root's count, so one weight per tree). A critic that
   fears a corner of the board can hold a search in a loop of two cells for hundreds of
   moves (each move's best is going back); the growing pull ends such a loop, and on a
-  stage played at an ordinary pace it hardly changes anything.
+  stage played at an ordinary pace it hardly changes anything. The count is the
+  caller's (`stage_moves`: an evaluation counts the moves it plays), since UNDO rewinds
+  the game's own turn count and a loop through UNDO would stop the clock; without one,
+  the game's turn stands in for it.
 * An UNDO edge pays back the kills and pickups it brings back (`SearchReward.charge_undo`):
   the game pays them again when they are taken again, and a tree found that loop.
 * `chance_samples` K > 1 draws each edge's step K times at its expansion and starts the
@@ -111,8 +114,11 @@ class SearchReward(eqx.Module):
     so a tree can farm a loop of kill (or pickup) and UNDO, paid each time round. With
     `charge_undo`, an UNDO edge pays back the kill reward of each enemy and transmission
     it restores and the pickup reward of each pickup cell, weighted like the terms, so a
-    loop nets nothing. The counts are net: an UNDO that also takes away a transmission
-    spawned since its snapshot is charged one kill less.
+    loop nets nothing. The counts are net per kind of entity (enemies of each of the four
+    types, transmissions of each type they hatch into): an UNDO that brings back a killed
+    virus is charged for it even if it also takes away a transmission spawned, or a
+    daemon hatched, since its snapshot. Only a kill and a spawn of the same kind and type
+    between the snapshot and the UNDO still cancel out.
     """
 
     term_weights: Float[Array, " terms"]
@@ -137,11 +143,19 @@ class SearchReward(eqx.Module):
         if not self.charge_undo:
             return paid
         weight = lambda name: self.term_weights[C.REWARD_TERMS.index(name)]
-        restored = lambda count: jnp.maximum(count(after) - count(before), 0).astype(jnp.float32)
-        entities = restored(lambda s: jnp.sum(s.enemies.alive, dtype=jnp.int32) + jnp.sum(s.transmissions.alive, dtype=jnp.int32))
+        restored = lambda count: jnp.sum(jnp.maximum(count(after) - count(before), 0)).astype(jnp.float32)
+        entities = restored(_entities_by_kind)
         pickups = restored(lambda s: jnp.sum(s.board.content == C.PICKUP, dtype=jnp.int32))
         charge = weight("kills") * C.KILL_REWARD * entities + weight("pickup") * C.PICKUP_REWARD * pickups
         return paid - jnp.where(action == UNDO_ACTION, charge, 0.0)
+
+
+def _entities_by_kind(state: game.GameState) -> Int32[Array, " kinds"]:
+    """Live enemies of each type, then live transmissions of each type they hatch into."""
+    count = lambda alive, kind: jnp.sum(alive[None, :] & (kind[None, :] == jnp.arange(C.NUM_ENEMY_TYPES, dtype=jnp.int8)[:, None]),
+                                        axis=1, dtype=jnp.int32)
+    return jnp.concatenate([count(state.enemies.alive, state.enemies.kind),
+                            count(state.transmissions.alive, state.transmissions.kind)])
 
 
 class Node(eqx.Module):
@@ -238,7 +252,7 @@ class Search(eqx.Module):
     chance_samples: int = eqx.field(static=True, default=1)
     # a node still running gains this per cell it stands closer to the exit than the root
     distance_weight: float = eqx.field(static=True, default=DEFAULT_DISTANCE_WEIGHT)
-    # turns on a stage (the root's) by which the pull grows by distance_weight; inf: fixed
+    # moves on a stage (the root's) by which the pull grows by distance_weight; inf: fixed
     patience: float = eqx.field(static=True, default=DEFAULT_PATIENCE)
 
     def __check_init__(self):
@@ -264,18 +278,21 @@ class Search(eqx.Module):
             "value_scale", "maxvisit_init", "root_searches", "chance_samples", "distance_weight",
             "patience")}
 
-    def pull_weight(self, states: game.GameState) -> Float[Array, " n"]:
+    def pull_weight(self, stage_moves: Int32[Array, " n"]) -> Float[Array, " n"]:
         """The distance pull per cell at each root: `distance_weight`, grown by itself every
-        `patience` turns the game has spent on its stage."""
-        return self.distance_weight * (1.0 + states.turn.astype(jnp.float32) / self.patience)
+        `patience` moves the player has made on its stage."""
+        return self.distance_weight * (1.0 + stage_moves.astype(jnp.float32) / self.patience)
 
     def __call__(self, evaluator: AbstractEvaluator, reward: SearchReward, states: game.GameState,
-                 key: PRNGKeyArray) -> SearchOutput:
-        """Search each game of `states` (a leading axis n); `key` is the search's own."""
+                 key: PRNGKeyArray, stage_moves: Int32[Array, " n"] | None = None) -> SearchOutput:
+        """Search each game of `states` (a leading axis n); `key` is the search's own.
+        `stage_moves`: the moves each game has made on its current stage, counted by the
+        caller (patience's clock, which UNDO cannot rewind); None: the game's turn."""
         n = states.stage.shape[0]
+        stage_moves = states.turn if stage_moves is None else jnp.asarray(stage_moves, jnp.int32)
         k = self.root_searches
         if k > 1:
-            states = jax.tree.map(lambda x: jnp.concatenate([x] * k, axis=0), states)
+            states, stage_moves = jax.tree.map(lambda x: jnp.concatenate([x] * k, axis=0), (states, stage_moves))
         obs = jax.vmap(lambda s: game.observe(s).flat())(states)
         mask = jax.vmap(game.legal_actions)(states)
         logits, value = evaluator(states, obs)
@@ -283,7 +300,7 @@ class Search(eqx.Module):
         ended = states.won | (states.player.hp <= 0)
         root = mctx.RootFnOutput(prior_logits=logits, value=jnp.where(ended, 0.0, value),
                                  embedding=jax.vmap(Node)(states, ended, jax.vmap(_exit_distance)(states),
-                                                          states.stage.astype(jnp.int32), self.pull_weight(states)))
+                                                          states.stage.astype(jnp.int32), self.pull_weight(stage_moves)))
         qtransform = functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=self.value_scale,
                                        maxvisit_init=self.maxvisit_init, epsilon=self.q_span)
         # mctx mixes int32 visit counts with float32 values, which `hm`'s tests (strict
@@ -317,21 +334,30 @@ def _merge(runs: SearchOutput, mask: Bool[Array, "n actions"]) -> SearchOutput:
                         prior=runs.prior[0], prior_value=runs.prior_value[0], value=jnp.mean(runs.value, axis=0))
 
 
-@eqx.filter_jit
 def plan(evaluator: AbstractEvaluator, states: game.GameState, key: PRNGKeyArray,
-         search: Search = Search(), reward: SearchReward | None = None) -> SearchOutput:
+         search: Search = Search(), reward: SearchReward | None = None,
+         stage_moves: Int32[Array, "*n"] | None = None) -> SearchOutput:
     """Search each game of `states` and return the actions to play.
 
     `states` is a batch (a leading axis), or one game (the output then has no batch axis
     either: `hm.gym`'s single env gives one). One compiled program per evaluator kind,
     search setting and batch size. `reward` defaults to the game's own; pass the one the
-    evaluator's value was trained on.
+    evaluator's value was trained on. `stage_moves`, the moves each game has made on its
+    current stage, is patience's clock (`Search.__call__`); a caller that plays whole
+    games should count them, since UNDO rewinds the game's turn, which stands in without.
     """
     reward = SearchReward() if reward is None else reward
+    stage_moves = states.turn if stage_moves is None else jnp.asarray(stage_moves, jnp.int32)
+    return _plan(evaluator, states, key, search, reward, stage_moves)
+
+
+@eqx.filter_jit
+def _plan(evaluator: AbstractEvaluator, states: game.GameState, key: PRNGKeyArray, search: Search,
+          reward: SearchReward, stage_moves: Int32[Array, "*n"]) -> SearchOutput:
     if states.stage.ndim == 0:
-        out = search(evaluator, reward, jax.tree.map(lambda x: x[None], states), key)
+        out = search(evaluator, reward, jax.tree.map(lambda x: x[None], states), key, stage_moves[None])
         return jax.tree.map(lambda x: x[0], out)
-    return search(evaluator, reward, states, key)
+    return search(evaluator, reward, states, key, stage_moves)
 
 
 def state_bytes(state: game.GameState) -> int:

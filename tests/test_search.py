@@ -177,13 +177,25 @@ def test_a_node_past_the_roots_stage_has_the_whole_distance_pull():
     np.testing.assert_allclose(output.value, [0.5, -0.5])
 
 
-def test_the_pull_grows_with_the_turns_spent_on_the_stage():
-    states = batch(game.from_dict({"player": {"row": 0, "col": 0}, "turn": 100}), 1)
-    fresh = batch(game.from_dict({"player": {"row": 0, "col": 0}}), 1)
+def test_the_pull_grows_with_the_moves_made_on_the_stage():
     grows = search.Search(distance_weight=0.05, patience=50.0)
-    np.testing.assert_allclose(grows.pull_weight(fresh), [0.05])
-    np.testing.assert_allclose(grows.pull_weight(states), [0.15])
-    np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(states), [0.05])
+    np.testing.assert_allclose(grows.pull_weight(jnp.array([0, 100])), [0.05, 0.15])
+    np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(jnp.array([100])),
+                               [0.05])
+
+
+def test_patience_counts_the_callers_moves_not_the_games_turn():
+    # a prior that favours stepping away from the exit: after few moves on the stage the
+    # pull is too weak to overrule it; after 2,000 (UNDO can rewind the game's turn to 0
+    # but not the caller's count) it heads for the exit, whatever the game's turn says
+    quiet = game.from_dict({"player": {"row": 2, "col": 2}, "exit": [5, 5]})
+    late = game.from_dict({"player": {"row": 2, "col": 2}, "exit": [5, 5], "turn": 2000})
+    no_distance_reward = search.SearchReward({"distance": 0.0})
+    plan = lambda states, moves: np.asarray(search.plan(favouring(LEFT), batch(states), jax.random.key(3), SEARCH,
+                                                        no_distance_reward, jnp.full(GAMES, moves, jnp.int32)).action)
+    np.testing.assert_array_equal(plan(quiet, 0), LEFT)
+    np.testing.assert_array_equal(plan(late, 0), LEFT)
+    assert set(plan(quiet, 2000).tolist()) <= {UP, RIGHT}
 
 
 class SpawnValue(search.AbstractEvaluator):
@@ -210,11 +222,15 @@ def test_chance_samples_average_the_edges_first_estimate():
     actions = jnp.full(GAMES, UP, jnp.int32)
     key, k = jax.random.key(7), 4
     output, child = jax.jit(search._recurrent_fn, static_argnames="samples")(params, key, actions, node, samples=k)
-    draws = []
-    for keys in jax.random.split(key, k * GAMES).reshape(k, GAMES):
+
+    @jax.jit
+    def draw(keys):
         one, obs, paid, _ = jax.vmap(functools.partial(search._step, params[1]))(node, actions, keys)
         value = SpawnValue()(one.state, obs)[1] + 0.5 * jax.vmap(search._pull)(one)
-        draws.append((np.asarray(paid + 0.9 * value), one))
+        return paid + 0.9 * value, one
+
+    draws = [(np.asarray(estimate), one) for estimate, one in
+             map(draw, jax.random.split(key, k * GAMES).reshape(k, GAMES))]
     mean = np.mean([estimate for estimate, _ in draws], axis=0)
     np.testing.assert_allclose(np.asarray(output.reward + output.discount * output.value), mean, rtol=1e-5)
     for kept, first in zip(jax.tree.leaves(child.state), jax.tree.leaves(draws[0][1].state)):
@@ -286,23 +302,41 @@ UNDO_LOOP = game.from_dict({"player": {"row": 0, "col": 0, "hp": 3, "credits": 5
                             "ownedPrograms": [search.UNDO_ACTION]})
 
 
-def test_an_undo_that_brings_a_kill_back_pays_it_back():
+def _undo_loop_rewards(start: game.GameState) -> tuple[np.ndarray, np.ndarray, list[game.GameState]]:
+    """The game's kill reward and the charge (uncharged − charged edge reward) of each
+    move of: to the daemon's side, kill, UNDO twice, kill; and the states after each."""
     undo = search.UNDO_ACTION
-    path = [UP, DOWN, RIGHT, undo, undo, RIGHT]   # to the daemon's side, kill, undo twice, kill
-    state, game_kills, charged, uncharged = UNDO_LOOP, [], [], []
-    for action in path:
+    state, game_kills, charges, states = start, [], [], []
+    for action in [UP, DOWN, RIGHT, undo, undo, RIGHT]:
         after, _, reward, _, info = game.step(state, jnp.int32(action), jax.random.key(0))
         assert not bool(info["illegal"])
         terms = jnp.stack([info["reward_terms"][name] for name in C.REWARD_TERMS]).astype(jnp.float32)
         edge = (state, after, jnp.int32(action), jnp.asarray(reward, jnp.float32), terms)
-        charged.append(float(_one_edge(search.SearchReward(), *edge)))
-        uncharged.append(float(_one_edge(search.SearchReward(charge_undo=False), *edge)))
+        charges.append(float(_one_edge(search.SearchReward(charge_undo=False), *edge))
+                       - float(_one_edge(search.SearchReward(), *edge)))
         game_kills.append(float(info["reward_terms"]["kills"]))
+        states.append(after)
         state = after
+    return np.asarray(game_kills), np.asarray(charges), states
+
+
+def test_an_undo_that_brings_a_kill_back_pays_it_back():
+    game_kills, charges, _ = _undo_loop_rewards(UNDO_LOOP)
     # the game pays the same kill twice; the second UNDO (the daemon is back) pays it back
     np.testing.assert_allclose(game_kills, [0, 0, C.KILL_REWARD, 0, 0, C.KILL_REWARD])
-    difference = np.asarray(uncharged) - np.asarray(charged)
-    np.testing.assert_allclose(difference, [0, 0, 0, 0, C.KILL_REWARD, 0], atol=1e-6)
+    np.testing.assert_allclose(charges, [0, 0, 0, 0, C.KILL_REWARD, 0], atol=1e-6)
+
+
+def test_an_undo_that_also_takes_away_a_spawn_still_pays_the_kill_back():
+    # a scheduled task spawns a transmission in the enemy phase of the kill, so the
+    # UNDO that brings the daemon back takes the transmission away: one entity either
+    # way, but a daemon is back, and the charge counts each kind of entity on its own
+    spawning = eqx.tree_at(lambda s: s.next_task, UNDO_LOOP, jnp.int32(3))
+    game_kills, charges, states = _undo_loop_rewards(spawning)
+    alive = [(int(s.enemies.alive.sum()), int(s.transmissions.alive.sum())) for s in states]
+    assert alive[2] == (0, 1) and alive[4] == (1, 0)   # after the kill; after the second UNDO
+    np.testing.assert_allclose(game_kills, [0, 0, C.KILL_REWARD, 0, 0, C.KILL_REWARD])
+    np.testing.assert_allclose(charges, [0, 0, 0, 0, C.KILL_REWARD, 0], atol=1e-6)
 
 
 @pytest.mark.parametrize("field, value, message", [

@@ -177,6 +177,12 @@ def start_from(state: game.GameState, obs: Float[Array, " obs"]) -> Episode:
                    stage_completed_step=jnp.zeros((C.NUM_STAGES,), jnp.int32))
 
 
+def stage_moves(episodes: Episode) -> Int32[Array, "*n"]:
+    """The moves each game has made on its current stage: its length since it last
+    completed a stage (a count UNDO does not rewind, unlike the game's turn)."""
+    return episodes.length - jnp.max(episodes.stage_completed_step, axis=-1)
+
+
 def death_cause(before: game.GameState, after: game.GameState) -> Int32[Array, ""]:
     """Who killed the player of `after`, dead after a step from `before`: an index into
     DEATH_CAUSES (see the module docstring).
@@ -238,7 +244,7 @@ def _play_chunk(player: AbstractPlayer, episodes: Episode, key: PRNGKeyArray, fi
     def step(episodes: Episode, t: Int32[Array, ""]) -> tuple[Episode, None]:
         player_key, env_key = jax.random.split(jax.random.fold_in(key, t))
         mask = jax.vmap(game.legal_actions)(episodes.state)
-        action = player.choose(episodes.state, episodes.obs, mask, player_key)
+        action = player.choose(episodes.state, episodes.obs, mask, player_key, stage_moves(episodes))
         live = ~episodes.ended & (t < max_steps)
         episodes = jax.vmap(advance)(episodes, action, mask, jax.random.split(env_key, n), live)
         return episodes, None
@@ -300,7 +306,7 @@ def _play_queue_chunk(player: AbstractPlayer, queue: Queue, reset_keys: Key[Arra
         slots = queue.slots
         busy = queue.game < n
         mask = jax.vmap(game.legal_actions)(slots.state)
-        action = player.choose(slots.state, slots.obs, mask, jax.random.fold_in(player_root, t))
+        action = player.choose(slots.state, slots.obs, mask, jax.random.fold_in(player_root, t), stage_moves(slots))
         env_keys = jax.vmap(lambda g, t: jax.random.fold_in(jax.random.fold_in(env_root, g), t))(queue.game, slots.length)
         slots = jax.vmap(advance)(slots, action, mask, env_keys, busy & ~slots.ended)
         over = busy & (slots.ended | (slots.length >= max_steps))

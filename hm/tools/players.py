@@ -41,7 +41,7 @@ class AbstractPlayer(eqx.Module):
 
     @abc.abstractmethod
     def choose(self, states: game.GameState, obs: Float[Array, "n obs"], mask: Bool[Array, "n actions"],
-               key: Key[Array, ""]) -> Int32[Array, " n"]:
+               key: Key[Array, ""], stage_moves: Int32[Array, " n"]) -> Int32[Array, " n"]:
         """One legal action per game.
 
         Args:
@@ -50,6 +50,8 @@ class AbstractPlayer(eqx.Module):
             mask: their legal actions (`hm.game.legal_actions`).
             key: this step's randomness for the player's own use; independent of the
                 key the environment steps with.
+            stage_moves: the moves each game has made on its current stage, as the
+                caller counts them (UNDO rewinds the game's own turn, not this count).
         """
 
 
@@ -60,8 +62,8 @@ class NetworkPlayer(AbstractPlayer):
     greedy: Bool[Array, ""]      # an array, so sampling and greedy play share one program
     precision: str = eqx.field(static=True, default="f32")   # compute precision (hm.train.precision)
 
-    def choose(self, states, obs, mask, key):
-        del states
+    def choose(self, states, obs, mask, key, stage_moves):
+        del states, stage_moves
         action, _, _ = act(self.network, obs, mask, jax.random.uniform(key, obs.shape[:1]), self.greedy,
                            self.precision)
         return action
@@ -90,8 +92,8 @@ class GreedyPlayer(AbstractPlayer):
         """The heuristic value of a game still running (`hm.players.greedy.value`)."""
         return greedy.value(state, self.distance_weight, self.threat_weight)
 
-    def choose(self, states, obs, mask, key):
-        del obs
+    def choose(self, states, obs, mask, key, stage_moves):
+        del obs, stage_moves
         trial_key, tie_key = jax.random.split(key)
         score = self.scores(states, mask, trial_key)
         return greedy.best(score, mask, jax.random.uniform(tie_key, mask.shape))
@@ -127,13 +129,15 @@ class SearchPlayer(AbstractPlayer):
     reward: search.SearchReward
     search: search.Search
 
-    def plan(self, states: game.GameState, key: Key[Array, ""]) -> search.SearchOutput:
-        """The whole search output (visits, Q-values, prior) of each game."""
-        return self.search(self.evaluator, self.reward, states, key)
+    def plan(self, states: game.GameState, key: Key[Array, ""], stage_moves: Int32[Array, " n"] | None = None
+             ) -> search.SearchOutput:
+        """The whole search output (visits, Q-values, prior) of each game; `stage_moves`
+        is the search's patience clock (`hm.search.Search.__call__`)."""
+        return self.search(self.evaluator, self.reward, states, key, stage_moves)
 
-    def choose(self, states, obs, mask, key):
+    def choose(self, states, obs, mask, key, stage_moves):
         del obs, mask   # the search masks illegal actions itself
-        return self.plan(states, key).action
+        return self.plan(states, key, stage_moves).action
 
 
 PROGRAM_RULES = ("ban", "eager")
@@ -163,11 +167,11 @@ class ProgramRule(AbstractPlayer):
         self.inner = inner
         self.rule = jnp.asarray(RULES.index(rule), jnp.int32)
 
-    def choose(self, states, obs, mask, key):
+    def choose(self, states, obs, mask, key, stage_moves):
         program = jnp.broadcast_to(jnp.arange(mask.shape[-1]) >= C.PROGRAM_ACTION_OFFSET, mask.shape)
         banned = mask & ~program
         banned = jnp.where(jnp.any(banned, axis=-1, keepdims=True), banned, mask)
         eager = jnp.where(jnp.any(mask & program, axis=-1, keepdims=True), mask & program, mask)
         allowed = jnp.select([self.rule == RULES.index("ban"), self.rule == RULES.index("eager")],
                              [banned, eager], mask)
-        return self.inner.choose(states, obs, allowed, key)
+        return self.inner.choose(states, obs, allowed, key, stage_moves)

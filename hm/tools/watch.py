@@ -53,12 +53,13 @@ def choose(network: Network, state: game.GameState, key: Key[Array, ""], greedy:
 
 
 @eqx.filter_jit
-def choose_by_search(player: SearchPlayer, state: game.GameState, key: Key[Array, ""]
+def choose_by_search(player: SearchPlayer, state: game.GameState, key: Key[Array, ""], stage_moves: Int32[Array, ""]
                      ) -> tuple[Int32[Array, ""], Float[Array, " actions"], Float[Array, ""],
                                 Int32[Array, " actions"], Float[Array, " actions"], Float[Array, ""]]:
     """The search's action in `state`, the policy's probabilities and the critic's value,
-    then the search's visit counts, Q-values and value."""
-    out = player.plan(jax.tree.map(lambda x: x[None], state), key)
+    then the search's visit counts, Q-values and value. `stage_moves`: the moves made on
+    this stage (the search's patience clock)."""
+    out = player.plan(jax.tree.map(lambda x: x[None], state), key, stage_moves[None])
     return out.action[0], out.prior[0], out.prior_value[0], out.visit_counts[0], out.qvalues[0], out.value[0]
 
 
@@ -114,6 +115,7 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
         key, reset_key, play_key = jax.random.split(key, 3)
         state = new_game(reset_key)
         total, steps, done, info = 0.0, 0, False, None
+        stage_moves = 0   # moves on this stage (UNDO rewinds the game's turn, not this)
         while not done and steps < max_steps:
             if redraw:
                 print(CLEAR_SCREEN, end="", file=out)
@@ -126,7 +128,7 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
                 action, probs, value = jax.device_get(choose(network, state, choose_key, greedy_flag))
             else:
                 action, probs, value, visits, qvalues, searched = jax.device_get(
-                    choose_by_search(searcher, state, choose_key))
+                    choose_by_search(searcher, state, choose_key, jnp.int32(stage_moves)))
                 rows = search_rows(np.asarray(visits), np.asarray(qvalues), np.asarray(probs))
             action, probs, value = int(action), np.asarray(probs), float(value)
             print(choice_line(action, probs, value), file=out)
@@ -134,6 +136,7 @@ def watch(network: Network, *, episodes: int, seed: int, greedy: bool, max_steps
                 print(search_line(rows, float(searched)), file=out)
             before = state
             state, _, reward, done, info = advance(state, action, step_key)
+            stage_moves = 0 if int(state.stage) != int(before.stage) else stage_moves + 1
             total += reward
             print(reward_line(reward, info["reward_terms"]), file=out, flush=True)
             if record is not None:

@@ -283,7 +283,7 @@ def test_unknown_players_are_refused():
 class FirstLegal(players.AbstractPlayer):
     """A deterministic player: the lowest-numbered legal action."""
 
-    def choose(self, states, obs, mask, key):
+    def choose(self, states, obs, mask, key, stage_moves):
         return jnp.argmax(mask, axis=-1).astype(jnp.int32)
 
 

@@ -17,7 +17,7 @@ PROGRAM = C.PROGRAM_ACTION_OFFSET + 2
 class LastLegal(AbstractPlayer):
     """Takes the legal action with the highest index (programs come after the moves)."""
 
-    def choose(self, states, obs, mask, key):
+    def choose(self, states, obs, mask, key, stage_moves):
         return (mask.shape[-1] - 1 - jnp.argmax(mask[:, ::-1], axis=-1)).astype(jnp.int32)
 
 
@@ -34,7 +34,7 @@ def _mask(*legal: int) -> jax.Array:
 ])
 def test_program_rule_masks(rule, legal, chosen):
     player = ProgramRule(inner=LastLegal(), rule=rule)
-    action = player.choose(None, jnp.zeros((1, C.OBS_FLAT_SIZE)), _mask(*legal), jax.random.key(0))
+    action = player.choose(None, jnp.zeros((1, C.OBS_FLAT_SIZE)), _mask(*legal), jax.random.key(0), jnp.zeros(1, jnp.int32))
     assert int(action[0]) == chosen
 
 

@@ -130,7 +130,8 @@ def greedy_choices():
     mask = jax.vmap(game.legal_actions)(states)
     obs = jax.vmap(lambda s: game.observe(s).flat())(states)
     choose = eqx.filter_jit(players.GreedyPlayer().choose)
-    return np.stack([np.asarray(choose(states, obs, mask, jax.random.key(k))) for k in range(16)])
+    moves = jnp.zeros(2, jnp.int32)
+    return np.stack([np.asarray(choose(states, obs, mask, jax.random.key(k), moves)) for k in range(16)])
 
 
 def test_greedy_takes_the_exit(greedy_choices):

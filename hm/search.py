@@ -44,11 +44,14 @@ What the tree does (docs/search.md has the reasons and the measurements):
   stage than the root's counts as at that exit (the whole pull): the next stage's exit
   is on another board, and measured there, leaving the stage looked worse than standing
   next to the exit whenever the new exit was farther than the old one had been.
-* The pull grows with the moves the player has made on its stage: by `distance_weight`
-  every `patience` moves (the root's count, so one weight per tree). A critic that
-  fears a corner of the board can hold a search in a loop of two cells for hundreds of
-  moves (each move's best is going back); the growing pull ends such a loop, and on a
-  stage played at an ordinary pace it hardly changes anything. The count is the
+* The pull doubles every `patience` moves the player has made on its stage (the root's
+  count, so one weight per tree). A critic that fears a corner of the board can hold a
+  search in a loop of two cells for hundreds of moves (each move's best is going back),
+  and one that fears death can hold it in a loop of a step and UNDO for ever; the
+  growing pull ends such loops: on a stage played at an ordinary pace it is a few
+  tenths a cell, after a few hundred moves it outweighs any value the critic gives
+  (so the player heads for the exit even at a risk: a game cut at the step limit ends
+  where it stands, as a death would). The count is the
   caller's (`stage_moves`: an evaluation counts the moves it plays), since UNDO rewinds
   the game's own turn count and a loop through UNDO would stop the clock; without one,
   the game's turn stands in for it.
@@ -83,11 +86,14 @@ from hm.game.reward import exit_distance
 ILLEGAL_LOGIT = -1e9
 UNDO_ACTION = C.PROGRAM_ACTION_OFFSET + C.UNDO
 # The least Q span the normalisation stretches to [0, 1], in reward units, the leaf
-# value's cost per cell of exit distance, and the turns on a stage by which that cost
-# grows by itself (docs/journal/2026-12-02-search-at-play.md, 2026-12-02-search-wandering.md).
+# value's cost per cell of exit distance, and the moves on a stage by which that cost
+# doubles (docs/journal/2026-12-02-search-at-play.md, 2026-12-02-search-wandering.md,
+# 2026-12-06-search-stalls.md).
 DEFAULT_Q_SPAN = 1.0
 DEFAULT_DISTANCE_WEIGHT = 0.05
-DEFAULT_PATIENCE = 20.0
+DEFAULT_PATIENCE = 40.0
+# the pull stops doubling here (2^24 times distance_weight: far above any value a critic gives)
+MAX_DOUBLINGS = 24.0
 
 
 class AbstractEvaluator(eqx.Module):
@@ -252,7 +258,7 @@ class Search(eqx.Module):
     chance_samples: int = eqx.field(static=True, default=1)
     # a node still running gains this per cell it stands closer to the exit than the root
     distance_weight: float = eqx.field(static=True, default=DEFAULT_DISTANCE_WEIGHT)
-    # moves on a stage (the root's) by which the pull grows by distance_weight; inf: fixed
+    # moves on a stage (the root's) by which the pull doubles; inf: it does not grow
     patience: float = eqx.field(static=True, default=DEFAULT_PATIENCE)
 
     def __check_init__(self):
@@ -279,9 +285,10 @@ class Search(eqx.Module):
             "patience")}
 
     def pull_weight(self, stage_moves: Int32[Array, " n"]) -> Float[Array, " n"]:
-        """The distance pull per cell at each root: `distance_weight`, grown by itself every
-        `patience` moves the player has made on its stage."""
-        return self.distance_weight * (1.0 + stage_moves.astype(jnp.float32) / self.patience)
+        """The distance pull per cell at each root: `distance_weight`, doubled every
+        `patience` moves the player has made on its stage (at most MAX_DOUBLINGS times)."""
+        doublings = jnp.minimum(stage_moves.astype(jnp.float32) / self.patience, MAX_DOUBLINGS)
+        return self.distance_weight * jnp.exp2(doublings)
 
     def __call__(self, evaluator: AbstractEvaluator, reward: SearchReward, states: game.GameState,
                  key: PRNGKeyArray, stage_moves: Int32[Array, " n"] | None = None) -> SearchOutput:

@@ -177,9 +177,13 @@ def test_a_node_past_the_roots_stage_has_the_whole_distance_pull():
     np.testing.assert_allclose(output.value, [0.5, -0.5])
 
 
-def test_the_pull_grows_with_the_moves_made_on_the_stage():
+def test_the_pull_doubles_every_patience_moves_made_on_the_stage():
     grows = search.Search(distance_weight=0.05, patience=50.0)
-    np.testing.assert_allclose(grows.pull_weight(jnp.array([0, 100])), [0.05, 0.15])
+    np.testing.assert_allclose(grows.pull_weight(jnp.array([0, 50, 100, 125])), [0.05, 0.1, 0.2, 0.2 * 2 ** 0.5],
+                               rtol=1e-6)
+    # it stops doubling at MAX_DOUBLINGS, so however long a stage lasts it stays finite
+    longest = grows.pull_weight(jnp.array([10**9]))
+    np.testing.assert_allclose(longest, [0.05 * 2 ** search.MAX_DOUBLINGS], rtol=1e-6)
     np.testing.assert_allclose(search.Search(distance_weight=0.05, patience=float("inf")).pull_weight(jnp.array([100])),
                                [0.05])
 

@@ -88,6 +88,7 @@ def test_the_loss_is_the_cross_entropy_to_the_search_policy_on_the_labelled_samp
     ({"search_coef": -1.0}, "--search-coef", "--search-coef must be a number >= 0"),
     ({"search_simulations": 0}, "--search-simulations", "--search-simulations must be an integer in [1, 1024]"),
     ({"search_every": 3}, "--search-every", "must divide each device's share"),
+    ({"search_steps": 0}, "--search-steps", "--search-steps must be an integer >= 1"),
 ])
 def test_bad_search_settings_are_refused_naming_the_flag(fields, flag, text):
     with pytest.raises(ConfigError) as error:
@@ -99,3 +100,18 @@ def test_an_env_without_the_game_is_refused():
     with pytest.raises(ConfigError) as error:
         features.build(probe_suite(), resolve(dataclasses.replace(GAME, num_envs=8), "cpu", 1))
     assert error.value.flag == "--search-coef" and "plans over HackMatrix's games" in error.value.message
+
+
+def test_search_steps_makes_the_weight_fall_to_zero_and_then_nothing_is_searched():
+    """`search_steps` fades the weight linearly as the greedy teacher's `teacher_steps`
+    does; past it the rollout searches no slot. None (the default) keeps the weight."""
+    teacher = features.build(HackMatrix(), resolve(dataclasses.replace(GAME, search_steps=100), "cpu", 1))
+    (search_teacher,) = [f for f in teacher if isinstance(f, SearchTeacher)]
+    steps = lambda n: jnp.asarray([n % 2**32, n // 2**32], jnp.uint32)  # noqa: E731
+    hyper = {"search_coef": jnp.float32(2.0)}
+    np.testing.assert_allclose(search_teacher.anneal(hyper, steps(25))["search_coef"], 1.5)
+    np.testing.assert_allclose(search_teacher.anneal(hyper, steps(100))["search_coef"], 0.0)
+    constant = SearchTeacher(every=1, settings=search.Search(), term_weights=(), precision="f32")
+    assert constant.anneal(hyper, steps(10**9))["search_coef"] == 2.0
+    faded = search_teacher.anneal(hyper, steps(100))["search_coef"]
+    assert not np.asarray(rollout(GAME, search_coef=float(faded)).extras["search_labelled"]).any()

@@ -5,8 +5,10 @@
 value (`NetworkEvaluator`), and adds to the loss that coefficient times the cross-entropy
 between the policy and the search's improved policy (the completed-Q target of Gumbel
 AlphaZero: Danihelka et al., "Policy improvement by planning with Gumbel", 2022). The
-teacher improves as the learner does, so its weight does not fall. The agent always acts
-by its own policy. The search's edges pay the learner's reward (the reward weights and
+teacher improves as the learner does, so by default its weight does not fall;
+`search_steps` makes it fall linearly to 0 at that many env steps, as the greedy
+teacher's does (`hm.train.features.teacher.teacher_weight`), after which nothing is
+searched. The agent always acts by its own policy. The search's edges pay the learner's reward (the reward weights and
 the member's program bonus, `hm.search.SearchReward`), so reward and value add up; its
 randomness comes from a key stream of its own.
 
@@ -22,12 +24,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, UInt32
 
 from hm import game, search
 from hm.train import distributions, ppo
 from hm.train.checks import ConfigError, any_member_above_zero, auto_every, check_every, check_float, check_int
 from hm.train.features.base import Feature, Hyper
+from hm.train.features.teacher import teacher_weight
 from hm.train.network import Network, evaluate
 
 # The search draws its randomness from each step's key folded with this.
@@ -47,6 +50,8 @@ class SearchTeacherConfig:
     # the search labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
     # divisor of 8 that divides each device's env slots
     search_every: int | None = None
+    # env steps at which the weight reaches 0 (falling linearly); None: it does not fall
+    search_steps: int | None = None
 
 
 class NetworkEvaluator(search.AbstractEvaluator):
@@ -68,6 +73,7 @@ def validate(config, devices: int) -> None:
     check_float(config, "search_coef", 0.0, None)
     check_int(config, "search_simulations", 1, 1024)
     check_int(config, "search_every", 1, optional=True)
+    check_int(config, "search_steps", 1, optional=True)
     if used(config):
         check_every(config, "search_every", devices)
 
@@ -87,6 +93,12 @@ class SearchTeacher(Feature):
     settings: search.Search = eqx.field(static=True)
     term_weights: tuple[tuple[str, float], ...] = eqx.field(static=True)
     precision: str = eqx.field(static=True)
+    search_steps: int | None = eqx.field(static=True, default=None)
+
+    def anneal(self, hyper: Hyper, env_steps: UInt32[Array, "2"]) -> Hyper:
+        if self.search_steps is None:
+            return hyper
+        return {**hyper, "search_coef": teacher_weight(hyper["search_coef"], env_steps, self.search_steps)}
 
     def labels(self, learner, params, envs, keys, t, hyper) -> dict[str, Array]:
         """`search_policy` [P, n, A]: the search's improved policy on the slots it labels
@@ -146,4 +158,4 @@ def build(env, config, axis_name: str | None) -> SearchTeacher | None:
     settings = search.Search(num_simulations=config.search_simulations,
                              max_num_considered_actions=min(16, env.num_actions), discount=config.gamma)
     return SearchTeacher(every=config.search_every, settings=settings, term_weights=tuple(config.reward_weights),
-                         precision=config.precision)
+                         precision=config.precision, search_steps=config.search_steps)

@@ -17,8 +17,8 @@ one JSON line in `--out` (the format of the other benchmarks: `name`, `config`,
 `metrics`, ...), with the env steps and the training wall-clock seconds at which it was
 taken (the population's wall-clock: the seeds trained together), so configurations can be
 compared per env step and per second. The plot shows
-evaluation return and mean highest stage against env steps, one line per seed, with
-the baselines as dashed lines; the summary table (printed at the end) is what
+evaluation return and mean highest stage against env steps (top) and against training
+wall-clock (bottom), one line per seed, with the baselines as dashed lines; the summary table (printed at the end) is what
 `docs/results.md#how-results-are-measured` quotes. `--compare RESULTS --plot FILE` draws every configuration
 of a results file on one figure.
 """
@@ -162,36 +162,47 @@ def read_results(path: pathlib.Path) -> tuple[dict[str, list[dict[str, Any]]], d
     return rows, baselines
 
 
+def mean_curve(rows: list[dict[str, Any]], metric: str, x: str = "env_steps") -> tuple[list[float], list[float]]:
+    """The seeds' mean of `metric` at each evaluation point of one configuration, against
+    `x`: `env_steps`, or `train_seconds` (the population's training wall-clock at that
+    point, the same for its seeds; their mean where it is not)."""
+    steps = sorted({r["env_steps"] for r in rows})
+    at = [[r for r in rows if r["env_steps"] == s] for s in steps]
+    xs = [sum(r[x] for r in point) / len(point) for point in at]
+    return xs, [sum(r[metric] for r in point) / len(point) for point in at]
+
+
 def plot_comparison(path: pathlib.Path, rows: dict[str, list[dict[str, Any]]],
                     baselines: dict[str, dict[str, float]]) -> None:
-    """Evaluation return and mean highest stage against env steps for one or more
-    configurations: a thin line per seed, a thick one for their mean, the baselines dashed."""
+    """Evaluation return and mean highest stage for one or more configurations, against
+    env steps (top) and against training wall-clock minutes (bottom): a thin line per
+    seed, a thick one for their mean, the baselines dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, axes = plt.subplots(2, 2, figsize=(11, 8.4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for axis, metric, title in ((axes[0], "return", "evaluation return"),
-                                (axes[1], "highest_stage", "mean highest stage")):
-        for (label, mine), color in zip(sorted(rows.items()), colors):
-            seeds = sorted({r["seed"] for r in mine})
-            for seed in seeds:
-                points = [r for r in mine if r["seed"] == seed]
-                axis.plot([r["env_steps"] / 1e6 for r in points], [r[metric] for r in points],
-                          color=color, alpha=0.35, linewidth=1)
-            steps = sorted({r["env_steps"] for r in mine})
-            means = [sum(r[metric] for r in mine if r["env_steps"] == s) / len([r for r in mine if r["env_steps"] == s])
-                     for s in steps]
-            axis.plot([s / 1e6 for s in steps], means, color=color, linewidth=2.5, marker="o",
-                      label=f"{label} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else f"{label} (one seed)")
-        for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
-            axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
-        axis.set_xlabel("env steps (millions)")
-        axis.set_title(title)
-        axis.grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
+    scales = (("env_steps", 1e6, "env steps (millions)"), ("train_seconds", 60.0, "training wall-clock (minutes)"))
+    for row_axes, (x, unit, x_label) in zip(axes, scales):
+        for axis, metric, title in ((row_axes[0], "return", "evaluation return"),
+                                    (row_axes[1], "highest_stage", "mean highest stage")):
+            for (label, mine), color in zip(sorted(rows.items()), colors):
+                seeds = sorted({r["seed"] for r in mine})
+                for seed in seeds:
+                    points = [r for r in mine if r["seed"] == seed]
+                    axis.plot([r[x] / unit for r in points], [r[metric] for r in points],
+                              color=color, alpha=0.35, linewidth=1)
+                xs, means = mean_curve(mine, metric, x)
+                axis.plot([v / unit for v in xs], means, color=color, linewidth=2.5, marker="o",
+                          label=f"{label} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else f"{label} (one seed)")
+            for (name, summary), style in zip(sorted(baselines.items()), ("--", ":")):
+                axis.axhline(summary[metric], color="grey", linestyle=style, label=f"{name} baseline")
+            axis.set_xlabel(x_label)
+            axis.set_title(title)
+            axis.grid(alpha=0.3)
+    axes[0][1].legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

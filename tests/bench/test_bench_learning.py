@@ -29,7 +29,7 @@ def test_aligned_calls_stop_exactly_at_every_evaluation_point():
 
 def _rows():
     return [{"seed": seed, "env_steps": steps, "return": float(seed + steps / 1000), "highest_stage": 1.5,
-             "siphon_share": 0.5, "program_share": 0.25, "win_rate": 0.0}
+             "siphon_share": 0.5, "program_share": 0.25, "win_rate": 0.0, "train_seconds": steps * 0.06}
             for seed in (3, 4) for steps in (0, 1000, 2000)]
 
 
@@ -40,6 +40,11 @@ def test_summary_table_takes_each_seeds_last_evaluation_and_their_mean():
     assert table[3].startswith("| cfg seed 4 | 2,000 | 6.000 |")
     assert table[4].startswith("| **cfg mean** | 2,000 | **5.500** |")
     assert table[5].startswith("| greedy baseline |")
+
+
+def test_the_mean_curve_is_the_seeds_mean_against_env_steps_or_wall_clock():
+    assert bench_learning.mean_curve(_rows(), "return") == ([0, 1000, 2000], [3.5, 4.5, 5.5])
+    assert bench_learning.mean_curve(_rows(), "return", "train_seconds") == ([0.0, 60.0, 120.0], [3.5, 4.5, 5.5])
 
 
 def test_plot_writes_a_png(tmp_path):

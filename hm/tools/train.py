@@ -76,6 +76,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     search_simulations: int = _CONFIG.search_simulations  # Simulations of each of the search teacher's searches (1..1024).
     search_every: int | None = _CONFIG.search_every  # The search teacher labels one env slot in N (dividing each device's envs; default 8).
     search_steps: int | None = _CONFIG.search_steps  # Search teacher weight falls linearly to 0 at these env steps (>= 1; default: never).
+    search_program_bonus: float | None = _CONFIG.search_program_bonus  # Program bonus the search teacher's search pays (>= 0; default: learner's).
     sweep: list[str] = []  # One member per combination, e.g. lr=1e-4,3e-4 ent-coef=0.01,0.05 x --num-seeds; keys: docs/training.md#what-can-be-swept.
     log_interval: int = _OPTIONS.log_interval  # Log metrics every N updates (>= 1; at call boundaries).
     save_interval_minutes: float | None = None  # Checkpoint every M minutes (> 0; default 10 unless --save-interval).

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from compiles import compilations
-from probes import PROBE_STATES, plain, probe_suite
+from probes import PROBE_STATES, TabularEnv, plain, probe_suite
 
 from hm.env import HackMatrix
 from hm.train import distributions, features, vector
@@ -189,6 +189,34 @@ def test_value_normalisation_learns_values_a_thousand_times_larger():
     assert 100.0 < float(metrics["value/shift"][0]) < 5_000.0
     assert float(metrics["loss/value"][0]) < 1.0
     assert float(metrics["ppo/explained_variance"][0]) > 0.9
+
+
+def jackpot_probe_suite(share: float, prize: float) -> TabularEnv:
+    """The probe suite with the "positive" state paying `prize` and starting `share` of the
+    episodes: a rare reward far above the others, as the game's victory (+500) is."""
+    suite = probe_suite()
+    i = PROBE_STATES.index("positive")
+    start = np.exp(np.asarray(suite.start_logits, np.float64))
+    start[i] = 0.0
+    start = start / start.sum() * (1.0 - share)
+    start[i] = share
+    return TabularEnv(suite.reward.at[i].set(prize), suite.next_state, suite.terminal, suite.legal, start)
+
+
+def test_value_normalisation_learns_a_rare_prize_of_500_beside_rewards_of_1():
+    """One episode in 64 pays 500, the others +-1 (the game's victory against its usual
+    rewards). Normalised (PopArt), the critic learns the prize, the small values to
+    within a few units (its resolution once the scale is the prize's), and the policy
+    still learns the +-1 choice; unnormalised, the prize's value loss swamps the clipped
+    gradient and in the same budget the critic is still far below the prize."""
+    env = jackpot_probe_suite(1 / 64, 500.0)
+    normalised = policy_and_values(run(probe_config(value_norm=0.1), env, calls=2).state.params, env)
+    assert normalised["positive"][1] == pytest.approx(500.0, abs=10.0)
+    for name, value in {"constant": 1.0, "negative": -1.0, "credit": 1.0, "discount_second": 1.0}.items():
+        assert normalised[name][1] == pytest.approx(value, abs=3.0), name
+    assert normalised["credit"][0][1] > 0.95
+    raw = policy_and_values(run(probe_config(value_norm=0.0), env, calls=2).state.params, env)
+    assert raw["positive"][1] < 250.0
 
 
 def test_reward_weights_change_what_is_learned_from_not_the_game():

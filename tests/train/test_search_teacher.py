@@ -115,3 +115,25 @@ def test_search_steps_makes_the_weight_fall_to_zero_and_then_nothing_is_searched
     assert constant.anneal(hyper, steps(10**9))["search_coef"] == 2.0
     faded = search_teacher.anneal(hyper, steps(100))["search_coef"]
     assert not np.asarray(rollout(GAME, search_coef=float(faded)).extras["search_labelled"]).any()
+
+
+def test_search_program_bonus_sets_what_the_search_pays_for_a_program():
+    """Unset, the search pays the member's program bonus (the learner's reward); set, its
+    own, whatever the member's; and the labels follow it (a bonus of 1,000 a program
+    changes the improved policies of a rollout)."""
+    (default,) = [f for f in features.build(HackMatrix(), resolve(GAME, "cpu", 1)) if isinstance(f, SearchTeacher)]
+    own = dataclasses.replace(GAME, search_program_bonus=0.0)
+    (zero,) = [f for f in features.build(HackMatrix(), resolve(own, "cpu", 1)) if isinstance(f, SearchTeacher)]
+    assert float(default.search_reward(jnp.float32(3.0)).program_bonus) == 3.0
+    assert float(zero.search_reward(jnp.float32(3.0)).program_bonus) == 0.0
+    np.testing.assert_array_equal(default.search_reward(jnp.float32(3.0)).term_weights, zero.search_reward(jnp.float32(3.0)).term_weights)
+    lavish = dataclasses.replace(GAME, search_program_bonus=1000.0)
+    plain_labels = rollout(dataclasses.replace(lavish, search_program_bonus=None)).extras["search_policy"]
+    lavish_labels = rollout(lavish).extras["search_policy"]
+    assert not np.allclose(np.asarray(plain_labels), np.asarray(lavish_labels))
+
+
+def test_a_negative_search_program_bonus_is_refused_naming_the_flag():
+    with pytest.raises(ConfigError) as error:
+        validate(dataclasses.replace(GAME, search_program_bonus=-1.0), 1)
+    assert error.value.flag == "--search-program-bonus"

@@ -9,8 +9,10 @@ teacher improves as the learner does, so by default its weight does not fall;
 `search_steps` makes it fall linearly to 0 at that many env steps, as the greedy
 teacher's does (`hm.train.features.teacher.teacher_weight`), after which nothing is
 searched. The agent always acts by its own policy. The search's edges pay the learner's reward (the reward weights and
-the member's program bonus, `hm.search.SearchReward`), so reward and value add up; its
-randomness comes from a key stream of its own.
+the member's program bonus, `hm.search.SearchReward`), so reward and value add up, unless
+`search_program_bonus` gives the search a program bonus of its own (0: the search is not
+paid for programs, the learner still is); its randomness comes from a key stream of its
+own.
 
 A label costs `search_simulations` game steps and network evaluations, so the teacher
 slows training by about `search_simulations / search_every` env steps per env step.
@@ -52,6 +54,8 @@ class SearchTeacherConfig:
     search_every: int | None = None
     # env steps at which the weight reaches 0 (falling linearly); None: it does not fall
     search_steps: int | None = None
+    # the program bonus the search's edges pay; None: the member's `program_bonus`
+    search_program_bonus: float | None = None
 
 
 class NetworkEvaluator(search.AbstractEvaluator):
@@ -74,6 +78,7 @@ def validate(config, devices: int) -> None:
     check_int(config, "search_simulations", 1, 1024)
     check_int(config, "search_every", 1, optional=True)
     check_int(config, "search_steps", 1, optional=True)
+    check_float(config, "search_program_bonus", 0.0, None, optional=True)
     if used(config):
         check_every(config, "search_every", devices)
 
@@ -94,11 +99,18 @@ class SearchTeacher(Feature):
     term_weights: tuple[tuple[str, float], ...] = eqx.field(static=True)
     precision: str = eqx.field(static=True)
     search_steps: int | None = eqx.field(static=True, default=None)
+    program_bonus: float | None = eqx.field(static=True, default=None)
 
     def anneal(self, hyper: Hyper, env_steps: UInt32[Array, "2"]) -> Hyper:
         if self.search_steps is None:
             return hyper
         return {**hyper, "search_coef": teacher_weight(hyper["search_coef"], env_steps, self.search_steps)}
+
+    def search_reward(self, member_bonus: Float[Array, ""]) -> search.SearchReward:
+        """What the search's edges pay: the learner's reward terms, and the member's program
+        bonus unless `search_program_bonus` sets the search's own."""
+        bonus = member_bonus if self.program_bonus is None else jnp.float32(self.program_bonus)
+        return search.SearchReward(dict(self.term_weights), bonus)
 
     def labels(self, learner, params, envs, keys, t, hyper) -> dict[str, Array]:
         """`search_policy` [P, n, A]: the search's improved policy on the slots it labels
@@ -115,8 +127,8 @@ class SearchTeacher(Feature):
             states = jax.tree.map(lambda x: x[:, ::k], envs.state)
 
             def member(network, games, key, bonus):
-                reward = search.SearchReward(dict(self.term_weights), bonus)
-                return search.plan(NetworkEvaluator(network, self.precision), games, key, self.settings, reward).policy
+                evaluator = NetworkEvaluator(network, self.precision)
+                return search.plan(evaluator, games, key, self.settings, self.search_reward(bonus)).policy
 
             policy = jax.vmap(member)(params, states, step_keys, hyper["program_bonus"])
             return none[0].at[:, ::k].set(policy.astype(jnp.float32)), none[1].at[:, ::k].set(True)
@@ -158,4 +170,5 @@ def build(env, config, axis_name: str | None) -> SearchTeacher | None:
     settings = search.Search(num_simulations=config.search_simulations,
                              max_num_considered_actions=min(16, env.num_actions), discount=config.gamma)
     return SearchTeacher(every=config.search_every, settings=settings, term_weights=tuple(config.reward_weights),
-                         precision=config.precision, search_steps=config.search_steps)
+                         precision=config.precision, search_steps=config.search_steps,
+                         program_bonus=config.search_program_bonus)

@@ -89,6 +89,7 @@ def test_the_loss_is_the_cross_entropy_to_the_search_policy_on_the_labelled_samp
     ({"search_simulations": 0}, "--search-simulations", "--search-simulations must be an integer in [1, 1024]"),
     ({"search_every": 3}, "--search-every", "must divide each device's share"),
     ({"search_steps": 0}, "--search-steps", "--search-steps must be an integer >= 1"),
+    ({"search_program_bonus": -1.0}, "--search-program-bonus", "--search-program-bonus must be a number >= 0"),
 ])
 def test_bad_search_settings_are_refused_naming_the_flag(fields, flag, text):
     with pytest.raises(ConfigError) as error:
@@ -117,7 +118,7 @@ def test_search_steps_makes_the_weight_fall_to_zero_and_then_nothing_is_searched
     assert not np.asarray(rollout(GAME, search_coef=float(faded)).extras["search_labelled"]).any()
 
 
-def test_search_program_bonus_sets_what_the_search_pays_for_a_program():
+def test_search_program_bonus_sets_what_the_search_pays_for_a_program(searched):
     """Unset, the search pays the member's program bonus (the learner's reward); set, its
     own, whatever the member's; and the labels follow it (a bonus of 1,000 a program
     changes the improved policies of a rollout)."""
@@ -127,13 +128,6 @@ def test_search_program_bonus_sets_what_the_search_pays_for_a_program():
     assert float(default.search_reward(jnp.float32(3.0)).program_bonus) == 3.0
     assert float(zero.search_reward(jnp.float32(3.0)).program_bonus) == 0.0
     np.testing.assert_array_equal(default.search_reward(jnp.float32(3.0)).term_weights, zero.search_reward(jnp.float32(3.0)).term_weights)
-    lavish = dataclasses.replace(GAME, search_program_bonus=1000.0)
-    plain_labels = rollout(dataclasses.replace(lavish, search_program_bonus=None)).extras["search_policy"]
-    lavish_labels = rollout(lavish).extras["search_policy"]
-    assert not np.allclose(np.asarray(plain_labels), np.asarray(lavish_labels))
+    lavish_labels = rollout(dataclasses.replace(GAME, search_program_bonus=1000.0)).extras["search_policy"]
+    assert not np.allclose(np.asarray(searched.extras["search_policy"]), np.asarray(lavish_labels))
 
-
-def test_a_negative_search_program_bonus_is_refused_naming_the_flag():
-    with pytest.raises(ConfigError) as error:
-        validate(dataclasses.replace(GAME, search_program_bonus=-1.0), 1)
-    assert error.value.flag == "--search-program-bonus"

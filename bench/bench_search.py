@@ -54,7 +54,7 @@ def default_network(key: PRNGKeyArray) -> Network:
     """A network of the trainer's default kind and size (weights from `key`)."""
     config = TrainConfig()
     return Network(C.OBS_FLAT_SIZE, C.NUM_ACTIONS, config.hidden_dim, config.num_layers,
-                   kind=config.network, critic=config.critic, key=key)
+                   kind=config.network, critic=config.critic, value_transform=config.value_transform, key=key)
 
 
 def searched(evaluator: NetworkEvaluator, settings: search.Search, carry: Carry) -> Carry:

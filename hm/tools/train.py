@@ -58,6 +58,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     num_layers: int = _CONFIG.num_layers  # Hidden tanh layers of the trunk (>= 1).
     network: Literal["mlp", "conv", "local"] = _CONFIG.network  # local: the MLP plus the 5x5 cells at the player; conv: a 3x3 conv first.
     critic: Literal["shared", "separate"] = _CONFIG.critic  # shared: one trunk for both heads; separate: the value head has its own (twice the work).
+    value_transform: Literal["none", "sqrt"] = _CONFIG.value_transform  # The value head predicts V (none) or h(V) = sign(V)(sqrt(|V|+1)-1) + V/1000.
     precision: Literal["auto", "f32", "bf16"] = _CONFIG.precision  # Compute precision; auto: bf16 on TPU/GPU, f32 on CPU.
     seed: int = _CONFIG.seed  # Random seed in [0, 2^32 - 1].
     max_episode_steps: int = _CONFIG.max_episode_steps  # Truncate (and bootstrap) episodes at this length (>= 1).

@@ -68,9 +68,10 @@ class CheckpointError(Exception):
 class Architecture:
     """What the parameters' shapes depend on; a checkpoint must match it to be resumed.
 
-    `network` is the kind (`hm.train.network.KINDS`) and `critic` whether the value head
-    has its own trunk; checkpoints and policies written before they existed hold an MLP
-    with a shared trunk, which the defaults say.
+    `network` is the kind (`hm.train.network.KINDS`), `critic` whether the value head
+    has its own trunk and `value_transform` what it predicts; checkpoints and policies
+    written before they existed hold an MLP with a shared trunk predicting V, which the
+    defaults say.
     """
 
     hidden_dim: int
@@ -79,6 +80,7 @@ class Architecture:
     num_actions: int
     network: str = "mlp"
     critic: str = "shared"
+    value_transform: str = "none"
 
     def mismatches(self, wanted: "Architecture") -> list[str]:
         """Each field where this (the checkpoint's) differs from `wanted` (the run's)."""
@@ -425,16 +427,20 @@ def read_policy_description(run_dir: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{meta}: not a policy description: no integer {', '.join(missing)}"
                               " (sizes >= 1)")
-    from hm.train.network import CRITICS, KINDS
+    from hm.train.network import CRITICS, KINDS, VALUE_TRANSFORMS
 
     kind = description.get("network", "mlp")
     kind = "mlp" if kind == _LEGACY_NETWORK_CLASS else kind
     critic = description.get("critic", "shared")
+    value_transform = description.get("value_transform", "none")
     if kind not in KINDS:
         raise CheckpointError(f"{meta}: network {kind!r} is not a kind this code builds ({', '.join(KINDS)})")
     if critic not in CRITICS:
         raise CheckpointError(f"{meta}: critic {critic!r} is not one of {', '.join(CRITICS)}")
-    return {**description, "network": kind, "critic": critic}
+    if value_transform not in VALUE_TRANSFORMS:
+        raise CheckpointError(f"{meta}: value transform {value_transform!r} is not one of "
+                              f"{', '.join(VALUE_TRANSFORMS)}")
+    return {**description, "network": kind, "critic": critic, "value_transform": value_transform}
 
 
 def policy_architecture(description: Mapping[str, Any]) -> Architecture:
@@ -454,7 +460,7 @@ def network_like(architecture: Architecture, key: Any = None) -> Any:
     def build(key):
         return Network(architecture.obs_size, architecture.num_actions, architecture.hidden_dim,
                        architecture.num_layers, kind=architecture.network, critic=architecture.critic,
-                       key=key)
+                       value_transform=architecture.value_transform, key=key)
 
     try:
         if key is None:

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from hm.train import features
 from hm.train.checks import ConfigError, check_float, check_int, flag, is_int, is_number
-from hm.train.network import CRITICS
+from hm.train.network import CRITICS, VALUE_TRANSFORMS
 from hm.train.network import KINDS as NETWORKS
 
 REFERENCE_BATCH = 256 * 128
@@ -106,6 +106,8 @@ class TrainConfig(*features.CONFIGS):
     # around the player
     network: str = "local"
     critic: str = "shared"
+    # what the value head predicts (hm.train.network): V itself ("none") or h(V) ("sqrt")
+    value_transform: str = "none"
     precision: str = "auto"
     seed: int = 0
     max_episode_steps: int = 1000
@@ -343,7 +345,7 @@ def validate(config: TrainConfig, num_devices: int) -> None:
     check_float(config, "max_grad_norm", 0.0, None, low_open=True)
     check_int(config, "hidden_dim", 1)
     check_int(config, "num_layers", 1)
-    for name, allowed in (("network", NETWORKS), ("critic", CRITICS)):
+    for name, allowed in (("network", NETWORKS), ("critic", CRITICS), ("value_transform", VALUE_TRANSFORMS)):
         if getattr(config, name) not in allowed:
             raise ConfigError(flag(name), f"{flag(name)} must be one of {', '.join(allowed)}; "
                                           f"got {getattr(config, name)!r}")

@@ -250,7 +250,8 @@ class Learner(eqx.Module):
         """One member's network."""
         (obs_size,) = self.env.observation_shape
         return Network(obs_size, self.env.num_actions, self.config.hidden_dim, self.config.num_layers,
-                       kind=self.config.network, critic=self.config.critic, key=key)
+                       kind=self.config.network, critic=self.config.critic,
+                       value_transform=self.config.value_transform, key=key)
 
     def init_envs(self) -> VecEnvState:
         """Slots with no game yet, [P, n]: the first rollout starts them (`vector_start`)."""

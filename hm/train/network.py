@@ -38,6 +38,16 @@ sets them to running estimates of the value targets' mean and standard deviation
 rescales the head so that its outputs are unchanged (`popart_update`). Without it
 they stay 0 and 1, which returns the head's output exactly.
 
+Value transform (`value_transform="sqrt"`; "none" by default). The value head, with its
+PopArt statistics, predicts `h(V)` rather than `V`, where
+`h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x` with `eps = 1e-3` (Pohlen et al.,
+"Observe and Look Further", 2018; the transform of R2D2 and MuZero), and the network
+returns `h^-1` of it, so every user of `evaluate` still sees reward units. `h` keeps
+the values of order 1 as they are (h(1) = 0.42) and squeezes the large ones (h(500) =
+21.9), so a victory's +500 no longer sets the scale at which the early stages' values
+are learnt. The learner measures the value error in the head's units
+(`Network.head_units`).
+
 tanh rather than ReLU: bounded activations keep the heads' inputs in a fixed range,
 which is what a large study of on-policy RL found works best for PPO (Andrychowicz et
 al., "What Matters in On-Policy Reinforcement Learning?", ICLR 2021), and is robust in
@@ -67,6 +77,32 @@ from hm.train import precision as precision_lib
 # The network kinds (`--network`) and critic options (`--critic`).
 KINDS = ("mlp", "conv", "local")
 CRITICS = ("shared", "separate")
+# The value transforms (`--value-transform`): the head predicts V itself, or h(V).
+VALUE_TRANSFORMS = ("none", "sqrt")
+# h's linear term, which makes h^-1 Lipschitz (Pohlen et al., 2018).
+SQRT_EPS = 1e-3
+
+
+def squash(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (the module docstring), with
+    `sqrt(|x| + 1) - 1` computed as `|x| / (sqrt(|x| + 1) + 1)` (no cancellation near 0)."""
+    magnitude = jnp.abs(x)
+    return jnp.sign(x) * magnitude / (jnp.sqrt(magnitude + 1.0) + 1.0) + SQRT_EPS * x
+
+
+def unsquash(y: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """h^-1(y) = sign(y) (r^2 - 1) with r = (sqrt(1 + 4 eps a) - 1) / (2 eps), a = |y| + 1 + eps.
+
+    Computed as r = 2a / (s + 1) and r - 1 = (2 (|y| + eps) - 4 eps a / (s + 1)) / (s + 1),
+    s = sqrt(1 + 4 eps a): the same numbers without the cancellations of `s - 1` and
+    `r^2 - 1`, which in float32 would cost about 1e-4 near 0.
+    """
+    magnitude = jnp.abs(y)
+    a = magnitude + 1.0 + SQRT_EPS
+    s_plus_1 = jnp.sqrt(1.0 + 4.0 * SQRT_EPS * a) + 1.0
+    root = 2.0 * a / s_plus_1
+    root_minus_1 = (2.0 * (magnitude + SQRT_EPS) - 4.0 * SQRT_EPS * a / s_plus_1) / s_plus_1
+    return jnp.sign(y) * root_minus_1 * (root + 1.0)
 
 # GridEncoder sizes: input planes are the 42 grid channels, the player's cell and an
 # "on the board" plane (so the zero padding of the 3x3 convolution reads as off-board).
@@ -196,12 +232,15 @@ def _features(encoder: GridEncoder | LocalView | None, trunk: tuple[Linear, ...]
     return h
 
 
-def check_kind(kind: str, critic: str, obs_size: int) -> None:
-    """Raise `ValueError` naming the problem if `kind`/`critic` cannot be built here."""
+def check_kind(kind: str, critic: str, obs_size: int, value_transform: str = "none") -> None:
+    """Raise `ValueError` naming the problem if `kind`/`critic`/`value_transform` cannot be built here."""
     if kind not in KINDS:
         raise ValueError(f"unknown network kind {kind!r}; expected one of {', '.join(KINDS)}")
     if critic not in CRITICS:
         raise ValueError(f"unknown critic {critic!r}; expected one of {', '.join(CRITICS)}")
+    if value_transform not in VALUE_TRANSFORMS:
+        raise ValueError(f"unknown value transform {value_transform!r}; expected one of "
+                         f"{', '.join(VALUE_TRANSFORMS)}")
     if kind in ("conv", "local") and obs_size != C.OBS_FLAT_SIZE:
         raise ValueError(f"the {kind} network reads the game's observation layout ({C.OBS_FLAT_SIZE} "
                          f"numbers); this environment's observation has {obs_size}")
@@ -213,7 +252,8 @@ class Network(eqx.Module):
     `encoder` is None for the MLP (the trunk reads the flat observation); the
     `value_encoder` and `value_trunk` are None when the critic shares the policy's
     encoder and trunk. `value_shift` and `value_scale` map the value head's normalised
-    output to reward units (the module docstring); they are not trained by gradient.
+    output to the head's units (the module docstring); they are not trained by gradient.
+    `value_transform` says what those units are: reward units ("none") or h of them ("sqrt").
     """
 
     encoder: GridEncoder | LocalView | None
@@ -228,10 +268,11 @@ class Network(eqx.Module):
     num_actions: int = eqx.field(static=True)
     kind: str = eqx.field(static=True)
     critic: str = eqx.field(static=True)
+    value_transform: str = eqx.field(static=True)
 
     def __init__(self, obs_size: int, num_actions: int, hidden_dim: int, num_layers: int, *,
-                 kind: str = "mlp", critic: str = "shared", key: PRNGKeyArray):
-        check_kind(kind, critic, obs_size)
+                 kind: str = "mlp", critic: str = "shared", value_transform: str = "none", key: PRNGKeyArray):
+        check_kind(kind, critic, obs_size, value_transform)
         encoder_key, trunk_key, value_key, policy_head_key, value_head_key = jax.random.split(key, 5)
 
         def tower(tower_key):
@@ -256,6 +297,7 @@ class Network(eqx.Module):
         self.num_actions = num_actions
         self.kind = kind
         self.critic = critic
+        self.value_transform = value_transform
 
     def __call__(self, obs: Float[Array, " obs"]) -> tuple[Float[Array, " actions"], Float[Array, ""]]:
         """Logits and value, in the dtype of the parameters and input."""
@@ -263,7 +305,14 @@ class Network(eqx.Module):
         value_h = h if self.value_trunk is None else _features(self.value_encoder, self.value_trunk, obs)
         normalised = self.value_head(value_h)[0]
         value = lax.stop_gradient(self.value_shift) + lax.stop_gradient(self.value_scale) * normalised
+        if self.value_transform == "sqrt":
+            value = unsquash(value)
         return self.policy_head(h), value
+
+    def head_units(self, values: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        """Values in reward units mapped to the units the value head (with its PopArt
+        statistics) predicts: `h(values)` under the sqrt transform, else themselves."""
+        return squash(values) if self.value_transform == "sqrt" else values
 
 
 def popart_update(network: Network, shift: Float[Array, ""], scale: Float[Array, ""]) -> Network:

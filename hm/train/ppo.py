@@ -98,9 +98,11 @@ def loss(
     """PPO loss: clipped surrogate + vf_coef * value MSE - ent_coef * entropy, plus each
     training feature's term (`Feature.loss`, given the logits, the batch and `hyper`).
 
-    The value error is measured in the value head's normalised units: divided by the
-    network's `value_scale` (PopArt; 1 unless the learner normalises values), so that
-    targets in the hundreds do not swamp the policy's share of a clipped gradient.
+    The value error is measured in the value head's normalised units: both values mapped
+    by the network's value transform (`Network.head_units`: h of them under
+    `--value-transform sqrt`, else themselves) and divided by its `value_scale` (PopArt;
+    1 unless the learner normalises values), so that targets in the hundreds do not
+    swamp the policy's share of a clipped gradient.
 
     The value loss is the plain squared error, not clipped: this game's returns reach
     hundreds (victory pays 500+), and clipping value moves to +-clip_eps would stall
@@ -115,8 +117,10 @@ def loss(
     advantage normalisation and the metrics are over the global minibatch.
     """
     logits, values = evaluate(network, batch.obs, precision)
-    # In the value head's normalised units (`network.value_scale` is 1 without --value-norm).
-    value_errors = (values - batch.target) / lax.stop_gradient(network.value_scale)
+    # In the value head's normalised units: h(V) under --value-transform sqrt, divided by
+    # `network.value_scale` (1 without --value-norm).
+    value_errors = ((network.head_units(values) - network.head_units(batch.target))
+                    / lax.stop_gradient(network.value_scale))
     logp = distributions.log_prob(logits, batch.mask, batch.action)
     log_ratio = logp - batch.log_prob
     ratio = jnp.exp(log_ratio)

@@ -266,7 +266,8 @@ class Trainer:
         self.num_updates = self.resolved.num_updates
         (obs_size,) = self.env.observation_shape
         self.architecture = Architecture(config.hidden_dim, config.num_layers, obs_size, self.env.num_actions,
-                                         network=config.network, critic=config.critic)
+                                         network=config.network, critic=config.critic,
+                                         value_transform=config.value_transform)
         self.layout = Layout(config.num_envs, self.num_devices, jax.process_count())
         self.members = members(self.resolved)
         if meta is not None:

@@ -200,6 +200,7 @@ def test_damaged_file_is_refused_with_reason(tmp_path):
         ({"num_actions": 30}, f"num_actions: checkpoint has {NUM_ACTIONS}, this run has 30"),
         ({"network": "conv"}, "network: checkpoint has mlp, this run has conv"),
         ({"critic": "separate"}, "critic: checkpoint has shared, this run has separate"),
+        ({"value_transform": "sqrt"}, "value_transform: checkpoint has none, this run has sqrt"),
     ],
 )
 def test_architecture_mismatch_is_refused_with_reason(tmp_path, change, expected):
@@ -211,10 +212,11 @@ def test_architecture_mismatch_is_refused_with_reason(tmp_path, change, expected
 def test_a_checkpoint_from_before_network_kinds_holds_an_mlp(tmp_path):
     meta = checkpoint.read_meta(save_state(tmp_path, make_state(1), update=1))
     raw = json.loads(meta.to_json())
-    for key in ("network", "critic"):
+    for key in ("network", "critic", "value_transform"):
         del raw["architecture"][key]
     old = CheckpointMeta.from_json(json.dumps(raw))
-    assert (old.architecture.network, old.architecture.critic) == ("mlp", "shared")
+    assert (old.architecture.network, old.architecture.critic, old.architecture.value_transform) == (
+        "mlp", "shared", "none")
     assert checkpoint.refusal_reasons(old, ARCH, GAME_VERSION) == []
 
 
@@ -311,12 +313,25 @@ def test_every_network_kind_is_exported_and_loaded_back(tmp_path, kind, critic):
 def test_an_old_policy_description_means_an_mlp(tmp_path, network):
     # before kinds, policy.json named the network's class, or nothing
     description = {**dataclasses.asdict(ARCH), "game_version": GAME_VERSION}
-    del description["network"], description["critic"]
+    del description["network"], description["critic"], description["value_transform"]
     if network is not None:
         description["network"] = network
     checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(make_state(5).params), description)
     assert checkpoint.read_policy_description(tmp_path)["network"] == "mlp"
-    assert checkpoint.load_policy(tmp_path).kind == "mlp"
+    loaded = checkpoint.load_policy(tmp_path)
+    assert (loaded.kind, loaded.value_transform) == ("mlp", "none")
+
+
+def test_a_policy_with_a_value_transform_loads_back_with_it(tmp_path):
+    # the transform is in the policy's description, so a loaded critic gives reward units
+    arch = dataclasses.replace(ARCH, value_transform="sqrt")
+    params = checkpoint.network_like(arch, jax.random.key(3))
+    checkpoint.export_policy(tmp_path, checkpoint.tree_on_host(params),
+                             {**dataclasses.asdict(arch), "game_version": GAME_VERSION})
+    assert json.loads((tmp_path / "policy.json").read_text())["value_transform"] == "sqrt"
+    loaded = checkpoint.load_policy(tmp_path)
+    assert loaded.value_transform == "sqrt"
+    assert_trees_equal(loaded, params)
 
 
 def test_a_policy_from_before_value_statistics_loads_with_the_identity(tmp_path):
@@ -335,6 +350,7 @@ def test_a_policy_from_before_value_statistics_loads_with_the_identity(tmp_path)
 @pytest.mark.parametrize("damage, message", [
     (lambda d: d.update(network="transformer"), "network 'transformer' is not a kind this code builds"),
     (lambda d: d.update(critic="twin"), "critic 'twin' is not one of shared, separate"),
+    (lambda d: d.update(value_transform="cube"), "value transform 'cube' is not one of none, sqrt"),
     (lambda d: d.update(network="conv"), "does not hold the network policy.json describes .conv network"),
     (lambda d: d.pop("hidden_dim"), "no integer hidden_dim"),
     (lambda d: d.update(num_layers=0), "no integer num_layers"),

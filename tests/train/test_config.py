@@ -135,6 +135,7 @@ BAD = [
     ({"num_layers": 0}, 1, "--num-layers", "integer >= 1"),
     ({"network": "transformer"}, 1, "--network", "--network must be one of mlp, conv, local; got 'transformer'"),
     ({"critic": "twin"}, 1, "--critic", "--critic must be one of shared, separate; got 'twin'"),
+    ({"value_transform": "log"}, 1, "--value-transform", "--value-transform must be one of none, sqrt; got 'log'"),
     ({"precision": "fp16"}, 1, "--precision", "--precision must be one of auto, f32, bf16; got 'fp16'"),
     ({"seed": -1}, 1, "--seed", "--seed must be an integer in [0, 4294967295]; got -1"),
     ({"max_episode_steps": 0}, 1, "--max-episode-steps", "integer >= 1"),

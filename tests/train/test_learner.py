@@ -219,6 +219,19 @@ def test_value_normalisation_learns_a_rare_prize_of_500_beside_rewards_of_1():
     assert raw["positive"][1] < 250.0
 
 
+def test_a_sqrt_critic_learns_a_rare_prize_of_500_without_normalisation():
+    """The same jackpot under `--value-transform sqrt` and no PopArt: the head predicts
+    h(V), in which the prize is 21.9 and the rest about 0.4, so in the same budget the
+    critic learns the prize that the raw critic above does not reach, and the small
+    values with it."""
+    env = jackpot_probe_suite(1 / 64, 500.0)
+    learned = policy_and_values(run(probe_config(value_transform="sqrt"), env, calls=2).state.params, env)
+    assert learned["positive"][1] == pytest.approx(500.0, abs=10.0)
+    for name, value in {"constant": 1.0, "negative": -1.0, "credit": 1.0, "discount_second": 1.0}.items():
+        assert learned[name][1] == pytest.approx(value, abs=0.5), name
+    assert learned["credit"][0][1] > 0.95
+
+
 def test_reward_weights_change_what_is_learned_from_not_the_game():
     # the same rollout, keys and network with the probe's one term weighted 3x: the
     # learner's rewards triple, the episodes' (game's) returns do not

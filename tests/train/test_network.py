@@ -23,6 +23,8 @@ from hm.train.network import (
     evaluate,
     flops_per_sample,
     popart_update,
+    squash,
+    unsquash,
 )
 from hm.train.precision import cast_floating
 
@@ -98,6 +100,35 @@ def test_popart_update_keeps_every_value(critic):
     same = lambda n: (n.trunk, n.value_trunk, n.policy_head)  # noqa: E731
     for a, b in zip(jax.tree.leaves(same(network)), jax.tree.leaves(same(moved))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_sqrt_transform_and_its_inverse():
+    # h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x: small values nearly kept, large squeezed
+    x = jnp.array([0.0, 1.0, -1.0, 3.0, 500.0, -63.5], jnp.float32)
+    expected = np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + 1e-3 * np.asarray(x)
+    np.testing.assert_allclose(squash(x), expected, rtol=1e-6)
+    assert float(squash(jnp.float32(500.0))) == pytest.approx(21.88, abs=0.01)
+    grid = jnp.concatenate([-jnp.logspace(-3, 4, 200), jnp.zeros(1), jnp.logspace(-3, 4, 200)])
+    np.testing.assert_allclose(unsquash(squash(grid)), grid, rtol=1e-5, atol=1e-7)
+    assert np.all(np.diff(np.asarray(squash(jnp.sort(grid)))) > 0), "h is strictly increasing"
+
+
+@pytest.mark.parametrize("critic", CRITICS)
+def test_a_sqrt_critic_returns_reward_units_and_keeps_them_under_popart(critic):
+    plain_net = Network(OBS, 28, 64, 2, critic=critic, key=jax.random.key(0))
+    network = Network(OBS, 28, 64, 2, critic=critic, value_transform="sqrt", key=jax.random.key(0))
+    obs = game_like_obs(jax.random.key(1), 16)
+    # the same weights: the head predicts h(V), the network returns V = h^-1(head)
+    head_logits, head = evaluate(plain_net, obs, "f32")
+    logits, values = evaluate(network, obs, "f32")
+    np.testing.assert_array_equal(logits, head_logits)
+    np.testing.assert_allclose(values, unsquash(head), rtol=1e-6)
+    np.testing.assert_allclose(network.head_units(values), head, rtol=1e-4, atol=1e-5)
+    assert plain_net.head_units(values) is values
+    moved = popart_update(network, jnp.float32(2.0), jnp.float32(15.0))  # statistics in h's units
+    np.testing.assert_allclose(evaluate(moved, obs, "f32")[1], values, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="unknown value transform 'log'"):
+        Network(OBS, 28, 16, 1, value_transform="log", key=jax.random.key(0))
 
 
 def test_mlp_layer_sizes():

@@ -1,8 +1,9 @@
 """Value normalisation (PopArt: van Hasselt et al., 2016).
 
 `value_norm` > 0 keeps running estimates of the value targets' mean and standard
-deviation, moved that share of the way to each update's batch (but at least
-1/(updates done + 1), so the first update takes its batch's statistics), and normalises
+deviation (in the value head's units: of h(targets) under `--value-transform sqrt`),
+moved that share of the way to each update's batch (but at least 1/(updates done + 1),
+so the first update takes its batch's statistics), and normalises
 the critic by them (`hm.train.network.popart_update` rescales the value head so that
 its values are unchanged). The value loss is measured in the normalised units
 (`hm.train.ppo.loss`). 0 turns it off.
@@ -56,7 +57,7 @@ class PopArt(Feature):
         values are unchanged. A member with `value_norm` 0 is left as it is."""
         step = hyper["value_norm"]
         rate = jnp.maximum(step, 1.0 / (update.astype(jnp.float32) + 1.0))
-        shift, scale = ppo.value_statistics(targets, params.value_shift, params.value_scale, rate, self.axis_name)
+        shift, scale = ppo.value_statistics(params.head_units(targets), params.value_shift, params.value_scale, rate, self.axis_name)
         updated = popart_update(params, shift, scale)
         return jax.tree.map(lambda new, old: jnp.where(step > 0, new, old), updated, params)
 

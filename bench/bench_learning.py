@@ -28,6 +28,7 @@ import io
 import json
 import math
 import pathlib
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -108,11 +109,17 @@ def evaluate_baseline(name: str, args: LearningArgs) -> dict[str, float]:
     return report.summary()
 
 
-def train_population(args: LearningArgs, runs_dir: pathlib.Path, record) -> list[dict[str, Any]]:
+def train_population(args: LearningArgs, runs_dir: pathlib.Path, record) -> tuple[list[dict[str, Any]], int | None]:
     """Every seed's run, as one population, with its evaluations; `record(row)` is called
-    after each evaluation of each seed."""
-    from hm.train import member_of
-    from hm.train.run import RunOptions, Trainer
+    after each evaluation of each seed. Returns the rows and the stop signal's number
+    (None: the run reached its end).
+
+    SIGTERM or SIGINT (`hm.train.run.StopSignals`) stops it after the current training
+    call (or the current evaluation), like `bin/train`: the points not reached are not
+    evaluated, and the checkpoint and the policy of where it stopped are written, so a
+    run stopped early can still be evaluated (`bin/evaluate RUN --all-members`) or resumed.
+    """
+    from hm.train.run import RunOptions, StopSignals, Trainer
 
     config = aligned(args.train_config(), args.eval_points)
     options = RunOptions(runs_dir=runs_dir, run_name=args.label, progress=False,
@@ -120,30 +127,46 @@ def train_population(args: LearningArgs, runs_dir: pathlib.Path, record) -> list
                          compile_cache=pathlib.Path(args.compile_cache) if args.compile_cache else None)
     trainer = Trainer(config, options, console=io.StringIO())
     marks = eval_steps(config.total_timesteps, trainer.batch_size, args.eval_points)
+    with StopSignals() as signals:
+        try:
+            rows, train_seconds = _train_and_evaluate(trainer, marks, signals, args, record)
+            trainer.save()
+            trainer.export_policy()
+        finally:
+            trainer.close()
+    stopped = None if trainer.done else signals.received  # a signal during the last evaluation stops nothing
+    if stopped is not None:
+        print(f"  {args.label}: stopped by {signal.Signals(stopped).name} at {trainer.env_steps:,} env "
+              f"steps ({train_seconds:.0f} s); checkpoint and policy in {trainer.run_dir}")
+    return rows, stopped
+
+
+def _train_and_evaluate(trainer, marks: list[int], signals, args: LearningArgs, record
+                        ) -> tuple[list[dict[str, Any]], float]:
+    """Train to each mark and evaluate every member there, until the end or a stop signal."""
+    from hm.train import member_of
+
     rows, train_seconds = [], 0.0
-    try:
-        for mark in [0] + marks:
-            started = time.perf_counter()
-            while trainer.env_steps < mark and not trainer.done:
-                trainer.call()
-                if trainer.diverged:
-                    raise RuntimeError(f"the population diverged (NaN/inf) at {trainer.env_steps} env steps")
-            train_seconds += time.perf_counter() - started
-            params = jax.device_get(trainer.state.params)
-            for member in trainer.members:
-                summary = evaluate_params(member_of(params, member.index), args, trainer.resolved.precision)
-                row = {"seed": member.seed, "env_steps": trainer.env_steps, "train_seconds": train_seconds,
-                       "population": len(trainer.members),
-                       "compile_seconds": trainer.compile_seconds or 0.0, **summary}
-                rows.append(row)
-                record(row)
-                print(f"  {args.label} seed {member.seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
-                      + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE + FUNNEL))
-        trainer.save()
-        trainer.export_policy()
-    finally:
-        trainer.close()
-    return rows
+    for mark in [0] + marks:
+        started = time.perf_counter()
+        while trainer.env_steps < mark and not trainer.done and signals.received is None:
+            trainer.call()
+            if trainer.diverged:
+                raise RuntimeError(f"the population diverged (NaN/inf) at {trainer.env_steps} env steps")
+        train_seconds += time.perf_counter() - started
+        if signals.received is not None:
+            break
+        params = jax.device_get(trainer.state.params)
+        for member in trainer.members:
+            summary = evaluate_params(member_of(params, member.index), args, trainer.resolved.precision)
+            row = {"seed": member.seed, "env_steps": trainer.env_steps, "train_seconds": train_seconds,
+                   "population": len(trainer.members),
+                   "compile_seconds": trainer.compile_seconds or 0.0, **summary}
+            rows.append(row)
+            record(row)
+            print(f"  {args.label} seed {member.seed} @ {trainer.env_steps:,} steps ({train_seconds:.0f} s): "
+                  + ", ".join(f"{k} {row[k]:.3g}" for k in HEADLINE + FUNNEL))
+    return rows, train_seconds
 
 
 def read_results(path: pathlib.Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
@@ -258,12 +281,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     baselines = {name: evaluate_baseline(name, args) for name in ("random", "greedy")}
     for name, summary in baselines.items():
         record({"baseline": name, **summary})
-    rows = train_population(args, runs_dir, record)
+    rows, stopped = train_population(args, runs_dir, record)
     table = summary_table(args.label, rows, baselines)
     print(table)
     if args.plot is not None:
         plot_comparison(args.plot, {args.label: rows}, baselines)
         print(f"plot: {args.plot}")
+    if stopped is not None:  # bin/train's exit code for a run stopped by a signal
+        raise SystemExit(128 + stopped)
     return rows
 
 

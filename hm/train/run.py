@@ -548,14 +548,18 @@ class Trainer:
             logger.close()
 
 
-class _StopSignals:
-    """SIGTERM/SIGINT ask the loop to stop after the current call; a second SIGINT interrupts."""
+class StopSignals:
+    """SIGTERM/SIGINT ask the loop to stop after the current call; a second SIGINT interrupts.
+
+    A context manager: inside it `received` is the first stop signal's number (None until
+    one comes); the previous handlers are back after it. `run` and
+    `bench.bench_learning` stop, save a checkpoint and export the policy when it is set."""
 
     def __init__(self):
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "_StopSignals":
+    def __enter__(self) -> "StopSignals":
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -582,7 +586,7 @@ def run(trainer: Trainer) -> int:
     good checkpoint kept); 128 + signal number: stopped by SIGTERM/SIGINT after saving
     (or, on a second SIGINT, at once without saving).
     """
-    with _StopSignals() as signals:
+    with StopSignals() as signals:
         try:
             while not trainer.done:
                 if _any_process(signals.received is not None):

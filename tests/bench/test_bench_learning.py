@@ -94,3 +94,34 @@ def test_compare_refuses_a_label_the_file_does_not_have(tmp_path, capsys):
         bench_learning.main(["--compare", str(out), "--plot", str(tmp_path / "c.png"), "--labels", "a", "z"])
     assert exit_info.value.code == 2
     assert "--labels: z not in" in capsys.readouterr().err
+
+
+def test_a_stop_signal_saves_the_checkpoint_and_policy_of_where_it_stopped(tmp_path, monkeypatch):
+    # SIGTERM during the first evaluation after training: the run stops there (the last
+    # point is not trained to), and its checkpoint and policy are written, as bin/train's
+    # are. (The evaluation itself is stubbed: what it measures is tested in tests/tools.)
+    import os
+    import signal
+
+    from hm.train import checkpoint
+
+    args = bench_learning.LearningArgs().parse_args(
+        ["--config", "plain", "--num-envs", "8", "--num-steps", "8", "--total-timesteps", str(8 * 8 * 4),
+         "--eval-points", "2", "--num-seeds", "1", "--eval-episodes", "2", "--max-episode-steps", "20"])
+    monkeypatch.setattr(bench_learning, "evaluate_params",
+                        lambda *_: {k: 0.0 for k in bench_learning.HEADLINE + bench_learning.FUNNEL})
+    marks = []
+
+    def record(row):
+        marks.append(row["env_steps"])
+        if row["env_steps"] > 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    rows, stopped = bench_learning.train_population(args, tmp_path, record)
+    assert signal.getsignal(signal.SIGTERM) is handler
+    assert stopped == signal.SIGTERM
+    assert marks == [0, 8 * 8 * 2] and [row["env_steps"] for row in rows] == marks
+    run_dir = tmp_path / "default"
+    assert checkpoint.read_meta(checkpoint.find_checkpoint(run_dir)).env_steps == 8 * 8 * 2
+    assert checkpoint.load_policy(run_dir).num_actions == 28

@@ -107,7 +107,8 @@ def test_a_stop_signal_saves_the_checkpoint_and_policy_of_where_it_stopped(tmp_p
 
     args = bench_learning.LearningArgs().parse_args(
         ["--config", "plain", "--num-envs", "8", "--num-steps", "8", "--total-timesteps", str(8 * 8 * 4),
-         "--eval-points", "2", "--num-seeds", "1", "--eval-episodes", "2", "--max-episode-steps", "20"])
+         "--eval-points", "2", "--num-seeds", "1", "--eval-episodes", "2", "--max-episode-steps", "20",
+         "--compile-cache", ""])  # the suite's compilation cache stays in force
     monkeypatch.setattr(bench_learning, "evaluate_params",
                         lambda *_: {k: 0.0 for k in bench_learning.HEADLINE + bench_learning.FUNNEL})
     marks = []

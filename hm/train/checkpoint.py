@@ -66,7 +66,7 @@ class CheckpointError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """What the parameters' shapes depend on; a checkpoint must match it to be resumed.
+    """What the parameters' shapes and meaning depend on; a checkpoint must match it to be resumed.
 
     `network` is the kind (`hm.train.network.KINDS`), `critic` whether the value head
     has its own trunk and `value_transform` what it predicts; checkpoints and policies

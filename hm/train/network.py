@@ -43,7 +43,7 @@ PopArt statistics, predicts `h(V)` rather than `V`, where
 `h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x` with `eps = 1e-3` (Pohlen et al.,
 "Observe and Look Further", 2018; the transform of R2D2 and MuZero), and the network
 returns `h^-1` of it, so every user of `evaluate` still sees reward units. `h` keeps
-the values of order 1 as they are (h(1) = 0.42) and squeezes the large ones (h(500) =
+values of order 1 of that order (h(1) = 0.42) and squeezes the large ones (h(500) =
 21.9), so a victory's +500 no longer sets the scale at which the early stages' values
 are learnt. The learner measures the value error in the head's units
 (`Network.head_units`).

@@ -62,3 +62,30 @@ def _free_compiled_programs():
     """After each test module: `free_compiled_programs`."""
     yield
     free_compiled_programs()
+
+
+# Seconds of setup, call and teardown per test file, summed over its tests; the slowest
+# files are listed after the run (as `--durations` lists tests), with the process that
+# ran each, so that a slow file, or a process left running alone at the end, shows.
+_FILE_SECONDS: dict[str, float] = {}
+_FILE_WORKER: dict[str, str] = {}
+_SLOWEST_FILES = 15
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+    # pytest-xdist gives the controller's reports the worker that ran them (`report.node`)
+    _FILE_WORKER[path] = report.node.gateway.id if hasattr(report, "node") else "main"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FILE_SECONDS:
+        return
+    per_worker: dict[str, float] = {}
+    for path, seconds in _FILE_SECONDS.items():
+        per_worker[_FILE_WORKER[path]] = per_worker.get(_FILE_WORKER[path], 0.0) + seconds
+    terminalreporter.write_sep("=", f"slowest {_SLOWEST_FILES} test files")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:_SLOWEST_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {_FILE_WORKER[path]:>4}  {path}")
+    terminalreporter.write_line("per process: " + ", ".join(f"{w} {s:.0f}s" for w, s in sorted(per_worker.items())))

@@ -28,15 +28,15 @@ GAME = plain(num_envs=8, num_steps=2, total_timesteps=8 * 2, hidden_dim=16, num_
              search_coef=1.0, search_simulations=4, search_every=4, precision="f32")
 
 
-def rollout(config, search_coef: float | None = None):
-    """One rollout of `config`; with `search_coef`, of the same compiled program with the
-    member's weight set to it (as a sweep or an anneal would)."""
+def rollout(config, **member):
+    """One rollout of `config`; with `search_coef=` or `program_bonus=`, of the same
+    compiled program with the member's value set to it (as a sweep or an anneal would)."""
     resolved, env = resolve(config, "cpu", 1), HackMatrix()
     learner = Learner(env=env, config=resolved, features=features.build(env, resolved))
     state = init(resolved, env=env)
     hyper = jax.tree.map(jnp.asarray, make_hyper(resolved))
-    if search_coef is not None:
-        hyper["search_coef"] = jnp.full_like(hyper["search_coef"], search_coef)
+    for name, value in member.items():
+        hyper[name] = jnp.full_like(hyper[name], value)
     _, trajectory, _ = _rollout(learner, state.params, state.envs, jax.random.split(jax.random.key(0), 1), hyper)
     return trajectory
 
@@ -120,14 +120,15 @@ def test_search_steps_makes_the_weight_fall_to_zero_and_then_nothing_is_searched
 
 def test_search_program_bonus_sets_what_the_search_pays_for_a_program(searched):
     """Unset, the search pays the member's program bonus (the learner's reward); set, its
-    own, whatever the member's; and the labels follow it (a bonus of 1,000 a program
-    changes the improved policies of a rollout)."""
+    own, whatever the member's; and the labels follow what the search pays (a member's
+    bonus of 1,000 a program changes the improved policies of a rollout: the same compiled
+    program as `searched`, the bonus being the member's traced value)."""
     (default,) = [f for f in features.build(HackMatrix(), resolve(GAME, "cpu", 1)) if isinstance(f, SearchTeacher)]
     own = dataclasses.replace(GAME, search_program_bonus=0.0)
     (zero,) = [f for f in features.build(HackMatrix(), resolve(own, "cpu", 1)) if isinstance(f, SearchTeacher)]
     assert float(default.search_reward(jnp.float32(3.0)).program_bonus) == 3.0
     assert float(zero.search_reward(jnp.float32(3.0)).program_bonus) == 0.0
     np.testing.assert_array_equal(default.search_reward(jnp.float32(3.0)).term_weights, zero.search_reward(jnp.float32(3.0)).term_weights)
-    lavish_labels = rollout(dataclasses.replace(GAME, search_program_bonus=1000.0)).extras["search_policy"]
+    lavish_labels = rollout(GAME, program_bonus=1000.0).extras["search_policy"]
     assert not np.allclose(np.asarray(searched.extras["search_policy"]), np.asarray(lavish_labels))
 

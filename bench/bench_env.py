@@ -16,6 +16,7 @@ from the same pool game (with different random actions); the pool is renewed eve
 
 import functools
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -87,27 +88,33 @@ def new_games(keys: PRNGKeyArray) -> Games:
     return Games(state, play_keys, jnp.zeros(keys.shape, jnp.float32))
 
 
-def main(args: Args) -> dict[str, Any]:
-    """Run the benchmark, print and record its result, and return it."""
-    if args.num_envs % args.devices:
-        raise ValueError(f"--num-envs {args.num_envs} is not divisible by --devices {args.devices}")
-    common.request_devices(args.devices)
-    mesh = common.batch_mesh(args.devices, "envs")
+def prepare(num_envs: int, num_steps: int, seed: int, devices: int) -> tuple[Callable[[Games], Games], Games]:
+    """The benchmark's compiled call (`num_steps` steps of every game, sharded over
+    `devices`) and its first games. `bench_env_loop --compare-pool` times the same call."""
+    if num_envs % devices:
+        raise ValueError(f"--num-envs {num_envs} is not divisible by --devices {devices}")
+    common.request_devices(devices)
+    mesh = common.batch_mesh(devices, "envs")
     # Every leaf of Games has the env axis first, so one sharding covers the whole tree.
     by_env = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("envs"))
 
-    keys = jax.device_put(jax.random.split(jax.random.key(args.seed), args.num_envs), by_env)
+    keys = jax.device_put(jax.random.split(jax.random.key(seed), num_envs), by_env)
     games = jax.jit(new_games, out_shardings=by_env)(keys)
     run = jax.jit(
-        functools.partial(play, num_steps=args.num_steps),
+        functools.partial(play, num_steps=num_steps),
         in_shardings=by_env,
         out_shardings=by_env,
         donate_argnums=0,
     )
+    return run, games
+
+
+def main(args: Args) -> dict[str, Any]:
+    """Run the benchmark, print and record its result, and return it."""
+    run, games = prepare(args.num_envs, args.num_steps, args.seed, args.devices)
     timing, _ = common.time_calls(run, games, args.repeats)
     config = {"num_envs": args.num_envs, "num_steps": args.num_steps, "devices": args.devices}
     return common.record("env", config, timing, args.num_envs * args.num_steps, args.out)
-
 
 if __name__ == "__main__":
     common.disable_compilation_cache()

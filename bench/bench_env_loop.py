@@ -74,10 +74,10 @@ def main(args: Args) -> list[dict[str, Any]]:
     keys = jax.random.split(jax.random.key(args.seed), args.num_envs)
     fns = [jax.jit(functools.partial(play, num_steps=args.num_steps), donate_argnums=0)]
     carries = [jax.jit(new_loop)(keys)]
-    if args.compare_pool:
-        fns.append(jax.jit(functools.partial(bench_env.play, num_steps=args.num_steps),
-                           donate_argnums=0))
-        carries.append(jax.jit(bench_env.new_games)(keys))
+    if args.compare_pool:   # bench_env's own call, on one device
+        run, games = bench_env.prepare(args.num_envs, args.num_steps, args.seed, devices=1)
+        fns.append(run)
+        carries.append(games)
     timed = common.time_calls_interleaved(fns, carries, args.repeats)
     config = {"num_envs": args.num_envs, "num_steps": args.num_steps, "devices": 1}
     steps = args.num_envs * args.num_steps

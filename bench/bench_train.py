@@ -16,6 +16,7 @@ added (100 %: the game costs nothing).
     python -m bench.bench_train --env game --network local --program-bonus 3 --teacher-every 8 0 --search-every 0 32
         # the default config's teachers side by side: the greedy teacher, the search teacher, both, neither
     python -m bench.bench_train --env game --program-bonus 0 4    # the program bonus's cost (0: none)
+    python -m bench.bench_train --env game --value-transform none sqrt   # the squashed value target's cost
 
 A population (`--num-seeds N`, N members in one program, `num_envs` env slots each)
 reports its steps per second summed over the members, so a population of N that is
@@ -28,6 +29,10 @@ teacher on one env slot in N: the cost of the first `--teacher-steps` of a run.
 With a search teacher (`--search-every N`, the game only) the run trains with
 `--search-coef 1` (its weight does not fall) and `--search-simulations` (8), so every
 timed call runs the search on one env slot in N.
+
+With `--value-transform sqrt` the critic predicts h(V) (the trainer's default since
+2026-12-07); without the flag the benchmark times it predicting V, as it times the
+learner without a teacher or a program bonus unless asked.
 
 With a program bonus (`--program-bonus B`, the game only; the game's default is
 `HackMatrixEnv.default_program_bonus`) every step also counts the programs the player
@@ -67,6 +72,7 @@ class Args(Tap):
     teacher_every: list[int] = [0]  # 0: no teacher; N: the greedy teacher labels one slot in N (game only); interleaved
     program_bonus: list[float] = [0.0]  # the learner's bonus per program owned (game only; 0: none); interleaved
     search_every: list[int] = [0]  # 0: no search teacher; N: it labels one slot in N (game only); interleaved
+    value_transform: list[Literal["none", "sqrt"]] = ["none"]  # what the critic predicts; several are timed interleaved
     search_simulations: int = TrainConfig.search_simulations  # simulations of each of the search teacher's searches
     repeats: int = 3  # timed calls after the first; the median is reported
     devices: int = 1  # devices to shard over (on CPU: forced host devices)
@@ -76,11 +82,12 @@ class Args(Tap):
 
 
 def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher_every: int = 0,
-            program_bonus: float = 0.0, search_every: int = 0) -> dict[str, Any]:
+            program_bonus: float = 0.0, search_every: int = 0, value_transform: str = "none") -> dict[str, Any]:
     """The fused training call on `env_name` with `network` for a population of
     `num_seeds` (with the teacher on one slot in `teacher_every` and the search teacher on
-    one in `search_every`, each if not 0, and a program bonus of `program_bonus`), its
-    first carry and its settings."""
+    one in `search_every`, each if not 0, a program bonus of `program_bonus`, and the
+    critic predicting its target through `value_transform`), its first carry and its
+    settings."""
     from bench.null_env import NullEnv
     from hm.env import HackMatrix
     from hm.train import (
@@ -100,6 +107,7 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
                          updates_per_call=args.updates_per_call, precision=args.precision,
                          seed=args.seed, devices=args.devices, network=network, critic=args.critic,
                          num_seeds=num_seeds, program_bonus=program_bonus, teacher_coef=0.0, search_coef=0.0,
+                         value_transform=value_transform,
                          **({} if env_name == "game" else {"reward_weights": ()}))
     if teacher_every:
         config = dataclasses.replace(config, teacher_coef=1.0, teacher_every=teacher_every,
@@ -135,6 +143,8 @@ def prepare(args: Args, env_name: str, network: str, num_seeds: int = 1, teacher
         settings.update(program_bonus=program_bonus)
     if search_every:
         settings.update(search_every=search_every, search_simulations=args.search_simulations)
+    if value_transform != "none":
+        settings.update(value_transform=value_transform)
     flops = flops_per_sample(jax.device_get(member_of(state.params, 0)))
     flops["ppo_per_env_step"] = flops["forward"] + resolved.update_epochs * flops["forward_backward"]
     return {"step": jax.jit(lambda carry: train(carry[0]), donate_argnums=0),
@@ -156,9 +166,10 @@ def main(args: Args) -> list[dict[str, Any]]:
         raise SystemExit("--search-every: the search plans over the game's states; use --env game")
     if any(args.program_bonus) and "null" in envs:
         raise SystemExit("--program-bonus: NullEnv has no programs to count; use --env game")
-    runs = [prepare(args, name, network, seeds, every, bonus, search_every) for name in envs
+    runs = [prepare(args, name, network, seeds, every, bonus, search_every, transform) for name in envs
             for network in args.network for seeds in args.num_seeds for every in args.teacher_every
-            for bonus in args.program_bonus for search_every in args.search_every]
+            for bonus in args.program_bonus for search_every in args.search_every
+            for transform in args.value_transform]
     # Timed calls alternate between the runs: this VM's speed drifts by tens of percent
     # over minutes, and the game/null (or network/network) ratio is only meaningful
     # measured together.
@@ -175,13 +186,14 @@ def main(args: Args) -> list[dict[str, Any]]:
         """The settings that identify a comparable run, with `changes` applied."""
         settings = {**r["settings"], **changes}
         return tuple(settings.get(k) for k in ("env", "network", "num_seeds", "teacher_every", "program_bonus",
-                                               "search_every"))
+                                               "search_every", "value_transform"))
 
     by_settings = {same(r): result for r, result in zip(runs, results)}
     # a run with a cost option against the same run without it
     for option, describe in (("teacher_every", "teacher on one slot in {} / no teacher"),
                              ("search_every", "search teacher on one slot in {} / none"),
-                             ("program_bonus", "program bonus {:g} / none")):
+                             ("program_bonus", "program bonus {:g} / none"),
+                             ("value_transform", "value transform {} / none")):
         for r, result in zip(runs, results):
             without = by_settings.get(same(r, **{option: None}))
             if option in r["settings"] and without is not None:

@@ -107,7 +107,7 @@ class TrainConfig(*features.CONFIGS):
     network: str = "local"
     critic: str = "shared"
     # what the value head predicts (hm.train.network): V itself ("none") or h(V) ("sqrt")
-    value_transform: str = "none"
+    value_transform: str = "sqrt"
     precision: str = "auto"
     seed: int = 0
     max_episode_steps: int = 1000
@@ -124,8 +124,8 @@ class TrainConfig(*features.CONFIGS):
 # Whole configs a run may start from (`bin/train --config NAME`); flags given beside it win.
 PRESETS = {
     "default": TrainConfig(),
-    # PPO alone: no teacher, no program bonus, the game's own reward
-    "plain": TrainConfig(teacher_coef=0.0, program_bonus=0.0, reward_weights=()),
+    # PPO alone: no teacher, no program bonus, the game's own reward, a critic of V itself
+    "plain": TrainConfig(teacher_coef=0.0, program_bonus=0.0, reward_weights=(), value_transform="none"),
 }
 
 

@@ -61,6 +61,10 @@ def find_resumable(path: Path, warn: Callable[[str], None]) -> tuple[Path, Check
     raise CheckpointError(f"no checkpoint under {path} can be read: " + "; ".join(problems))
 
 
+# The config fields a checkpoint's `Architecture` also records.
+ARCHITECTURE_FIELDS = ("network", "critic", "value_transform")
+
+
 def merge_config(config: TrainConfig, meta: CheckpointMeta, explicit: frozenset[str] | None) -> TrainConfig:
     """`config` with every field not given explicitly (and not a machine field) taken from
     the checkpoint's config. `explicit` None: every field comes from `config`."""
@@ -68,7 +72,12 @@ def merge_config(config: TrainConfig, meta: CheckpointMeta, explicit: frozenset[
         return config
     known = to_dict(config).keys() - explicit - MACHINE_FIELDS
     stored = from_dict(meta.config)  # JSON lists back to the config's tuples
-    return dataclasses.replace(config, **{k: getattr(stored, k) for k in known if k in meta.config})
+    values = {k: getattr(stored, k) for k in known if k in meta.config}
+    # A checkpoint older than an architecture field (its config lacks it) resumes with what
+    # its parameters are (`Architecture`'s record), not with today's default.
+    values.update({k: getattr(meta.architecture, k) for k in ARCHITECTURE_FIELDS
+                   if k in known and k not in meta.config})
+    return dataclasses.replace(config, **values)
 
 
 def refuse_mismatch(path: Path, meta: CheckpointMeta, architecture, game_version: int, env: dict,

@@ -14,7 +14,7 @@ import pytest
 
 from hm.game.constants import GAME_VERSION, NUM_ACTIONS, OBS_FLAT_SIZE
 from hm.tools.train import TrainArgs, explicit_fields, main, named_fields
-from hm.train import checkpoint
+from hm.train import checkpoint, resume
 from hm.train.checkpoint import Architecture, CheckpointMeta, Layout
 from hm.train.config import TrainConfig
 
@@ -167,9 +167,10 @@ def test_config_presets_and_the_flags_beside_them():
     plain = TrainArgs(prog="bin/train").parse_args(["--config", "plain", "--lr", "0.01"])
     argv = ["--config", "plain", "--lr", "0.01"]
     config = plain.train_config(named_fields(argv))
-    assert (config.teacher_coef, config.program_bonus, config.reward_weights, config.lr) == (0.0, 0.0, (), 0.01)
+    assert (config.teacher_coef, config.program_bonus, config.reward_weights, config.value_transform, config.lr) == (
+        0.0, 0.0, (), "none", 0.01)
     # on --resume a preset counts as the fields it changes, given explicitly
-    assert {"teacher_coef", "program_bonus", "reward_weights", "lr", "config"} == explicit_fields(argv)
+    assert {"teacher_coef", "program_bonus", "reward_weights", "value_transform", "lr", "config"} == explicit_fields(argv)
 
 
 def test_teacher_flags_parse_into_the_config_and_default_to_kickstarting():
@@ -200,3 +201,20 @@ def test_bin_train_rejects_bad_input_without_traceback(tmp_path):
     assert "--num-envs must be a positive multiple of the device count" in result.stderr
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_older_than_an_architecture_field_resumes_with_its_own():
+    # its config predates `network`, `critic` and `value_transform`: the run takes what the
+    # checkpoint's parameters are (its `Architecture`), not today's defaults (local, sqrt)
+    config = dataclasses.asdict(TrainConfig(num_envs=4, num_steps=4, total_timesteps=64, hidden_dim=8, num_layers=1))
+    for field in resume.ARCHITECTURE_FIELDS:
+        del config[field]
+    meta = CheckpointMeta(
+        game_version=GAME_VERSION,
+        architecture=Architecture(hidden_dim=8, num_layers=1, obs_size=OBS_FLAT_SIZE, num_actions=NUM_ACTIONS),
+        layout=Layout(num_envs=4, num_devices=1, num_processes=1), update=3, env_steps=48, config=config,
+        run_name="old", leaves={})
+    merged = resume.merge_config(TrainConfig(), meta, frozenset())
+    assert (merged.network, merged.critic, merged.value_transform, merged.hidden_dim) == ("mlp", "shared", "none", 8)
+    # a flag given explicitly still wins (and the architecture check then refuses it)
+    assert resume.merge_config(TrainConfig(), meta, frozenset({"value_transform"})).value_transform == "sqrt"

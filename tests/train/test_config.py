@@ -232,11 +232,12 @@ def test_bad_populations_name_the_flag(sweep, num_seeds, message):
 
 def test_one_set_of_defaults_and_the_plain_preset():
     """`TrainConfig()` is the default config (`bin/train`, `make_train_fn`, the tools):
-    kickstarted PPO with the program bonus on the local network; `plain` is PPO alone,
-    and differs from it in nothing else."""
+    kickstarted PPO with the program bonus on the local network, its critic predicting
+    h(V); `plain` is PPO alone, and differs from it in nothing else."""
     default, plain = TrainConfig(), PRESETS["plain"]
     assert PRESETS["default"] == default
-    assert (default.network, default.teacher_coef, default.program_bonus, default.reward_weights) == (
-        "local", 1.0, 3.0, (("distance", 0.0),))
-    assert (plain.teacher_coef, plain.program_bonus, plain.reward_weights) == (0.0, 0.0, ())
-    assert dataclasses.replace(plain, teacher_coef=1.0, program_bonus=3.0, reward_weights=(("distance", 0.0),)) == default
+    assert (default.network, default.teacher_coef, default.program_bonus, default.reward_weights,
+            default.value_transform) == ("local", 1.0, 3.0, (("distance", 0.0),), "sqrt")
+    assert (plain.teacher_coef, plain.program_bonus, plain.reward_weights, plain.value_transform) == (0.0, 0.0, (), "none")
+    assert dataclasses.replace(plain, teacher_coef=1.0, program_bonus=3.0, reward_weights=(("distance", 0.0),),
+                               value_transform="sqrt") == default

@@ -21,7 +21,9 @@ TIMEOUT = 600
 
 def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # the suite's XLA flags (tests/conftest.py: quicker compilation), and the device count
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
     env.pop("JAX_PLATFORMS", None)
     # the suite's persistent compilation cache (tests/conftest.py), for quick reruns
     root = pathlib.Path(__file__).resolve().parents[2]

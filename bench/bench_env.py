@@ -116,6 +116,7 @@ def main(args: Args) -> dict[str, Any]:
     config = {"num_envs": args.num_envs, "num_steps": args.num_steps, "devices": args.devices}
     return common.record("env", config, timing, args.num_envs * args.num_steps, args.out)
 
+
 if __name__ == "__main__":
     common.disable_compilation_cache()
     main(Args(underscores_to_dashes=True).parse_args())

@@ -61,8 +61,10 @@ def find_resumable(path: Path, warn: Callable[[str], None]) -> tuple[Path, Check
     raise CheckpointError(f"no checkpoint under {path} can be read: " + "; ".join(problems))
 
 
-# The config fields a checkpoint's `Architecture` also records.
-ARCHITECTURE_FIELDS = ("network", "critic", "value_transform")
+# The config fields a checkpoint's `Architecture` also records (network, critic, value
+# transform, sizes).
+ARCHITECTURE_FIELDS = tuple(field.name for field in dataclasses.fields(checkpoint.Architecture)
+                            if field.name in {f.name for f in dataclasses.fields(TrainConfig)})
 
 
 def merge_config(config: TrainConfig, meta: CheckpointMeta, explicit: frozenset[str] | None) -> TrainConfig:

@@ -204,8 +204,9 @@ def test_bin_train_rejects_bad_input_without_traceback(tmp_path):
 
 
 def test_a_checkpoint_older_than_an_architecture_field_resumes_with_its_own():
-    # its config predates `network`, `critic` and `value_transform`: the run takes what the
-    # checkpoint's parameters are (its `Architecture`), not today's defaults (local, sqrt)
+    # its config lacks the fields its `Architecture` records (as one from before `network`,
+    # `critic` and `value_transform` existed lacks those): the run takes what the
+    # checkpoint's parameters are, not today's defaults (local, sqrt, 256 x 2)
     config = dataclasses.asdict(TrainConfig(num_envs=4, num_steps=4, total_timesteps=64, hidden_dim=8, num_layers=1))
     for field in resume.ARCHITECTURE_FIELDS:
         del config[field]

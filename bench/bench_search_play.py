@@ -10,11 +10,12 @@ and seconds.
     python -m bench.bench_search_play RUN --variants 0 8 32 --episodes 1024
     python -m bench.bench_search_play RUN --variants 8:q=1e-8 8:q=1:g=0 4:r=2 --episodes 128
 
-A variant is `N[:q=SPAN][:g=GUMBEL][:r=ROOTS][:v=SCALE][:x=DISTANCE][:s=SAMPLES][:p=PATIENCE][:u=0]`:
+A variant is `N[:q=SPAN][:g=GUMBEL][:r=ROOTS][:v=SCALE][:x=DISTANCE][:s=SAMPLES][:p=PATIENCE][:m=TOPK][:u=0]`:
 N simulations (0: the policy alone), then `Search.q_span`, `gumbel_scale`,
-`root_searches`, `value_scale`, `distance_weight`, `chance_samples` and `patience` (unnamed:
-`Search`'s defaults); `u=0` turns off `SearchReward.charge_undo`. List the policy alone
-first: the other variants count their cut games against its.
+`root_searches`, `value_scale`, `distance_weight`, `chance_samples`, `patience` and
+`max_num_considered_actions` (Gumbel's top-k at the root; unnamed: `Search`'s defaults);
+`u=0` turns off `SearchReward.charge_undo`. List the policy alone first: the other
+variants count their cut games against its.
 `--baseline` plays the planning baseline (uniform prior, the greedy heuristic's value) instead of the policy.
 `--slots` plays a search's games as a work queue of that many at a time (default
 `hm.tools.evaluate.SEARCH_SLOTS`): fewer slots than games keep one long game from holding
@@ -42,7 +43,7 @@ from hm.tools.policy import load
 
 class Args(Tap):
     policy: str  # run directory, policy.eqx or checkpoint
-    variants: list[str] = ["0", "8", "32"]  # N[:q=..][:g=..][:r=..][:v=..][:x=..][:s=..][:p=..][:u=0] (module doc); 0: the policy alone
+    variants: list[str] = ["0", "8", "32"]  # N[:q=..][:g=..][:r=..][:v=..][:x=..][:s=..][:p=..][:m=..][:u=0] (module doc); 0: the policy alone
     episodes: int = 256  # games per variant
     seed: int = 1  # evaluation seed (the same games for every variant)
     max_steps: int = evaluate.DEFAULT_MAX_STEPS
@@ -55,13 +56,13 @@ class Args(Tap):
 
 
 def parse_variant(text: str) -> tuple[Search | None, bool]:
-    """`N[:q=SPAN][:g=GUMBEL][:r=ROOTS][:v=SCALE][:x=DISTANCE][:s=SAMPLES][:p=PATIENCE][:u=0]` as a `Search` (None for
-    N = 0) and whether the search reward charges UNDO (`SearchReward.charge_undo`)."""
+    """`N[:q=SPAN][:g=GUMBEL][:r=ROOTS][:v=SCALE][:x=DISTANCE][:s=SAMPLES][:p=PATIENCE][:m=TOPK][:u=0]` as a
+    `Search` (None for N = 0) and whether the search reward charges UNDO (`SearchReward.charge_undo`)."""
     head, *options = text.split(":")
     simulations = int(head)
     fields = {"q": ("q_span", float), "g": ("gumbel_scale", float), "r": ("root_searches", int),
               "v": ("value_scale", float), "x": ("distance_weight", float), "s": ("chance_samples", int),
-              "p": ("patience", float)}
+              "p": ("patience", float), "m": ("max_num_considered_actions", int)}
     settings, charge_undo = {}, True
     for option in options:
         name, _, value = option.partition("=")
@@ -69,7 +70,7 @@ def parse_variant(text: str) -> tuple[Search | None, bool]:
             charge_undo = bool(int(value))
             continue
         if name not in fields:
-            raise SystemExit(f"--variants {text}: unknown option {name!r}; options are q=, g=, r=, v=, x=, s=, p=, u=")
+            raise SystemExit(f"--variants {text}: unknown option {name!r}; options are q=, g=, r=, v=, x=, s=, p=, m=, u=")
         field, kind = fields[name]
         settings[field] = kind(value)
     if simulations == 0:

@@ -17,7 +17,9 @@
 # What it measures, in this order (record the numbers in docs/performance.md §4.6 with
 # the hardware):
 #   1. bench_train: the default config (local network, program bonus 3, greedy teacher
-#      on one slot in 8, squashed value), 16,384 and 2,048 envs, f32 and bf16;
+#      on one slot in 8, squashed value: bench_train builds its own config, so the flags
+#      below name TrainConfig's defaults and follow them when they change), 16,384 and
+#      2,048 envs, f32 and bf16;
 #   2. bench_search: one search of 32 simulations against its parts, 2,048 and 256 games;
 #   3. bench_env: the game alone, 16,384 and 2,048 games;
 #   4. search play (bin/evaluate's program): whole games with 32 simulations a move, the

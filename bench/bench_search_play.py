@@ -70,7 +70,8 @@ def parse_variant(text: str) -> tuple[Search | None, bool]:
             charge_undo = bool(int(value))
             continue
         if name not in fields:
-            raise SystemExit(f"--variants {text}: unknown option {name!r}; options are q=, g=, r=, v=, x=, s=, p=, m=, u=")
+            known = ", ".join(f"{letter}=" for letter in (*fields, "u"))
+            raise SystemExit(f"--variants {text}: unknown option {name!r}; options are {known}")
         field, kind = fields[name]
         settings[field] = kind(value)
     if simulations == 0:

@@ -70,7 +70,7 @@ class TrainArgs(Command):  # no abbreviations: `explicit_fields` sees full flag 
     reward_weights: list[str] = []  # Reward terms reweighted: TERM=WEIGHT ... (others 1), or none (the game's reward); default: distance=0.
     program_bonus: float = _CONFIG.program_bonus  # Learner: +B per program gained, not paid back (>= 0; 0: off).
     teacher_coef: float = _CONFIG.teacher_coef  # Weight of the greedy teacher's cross-entropy (>= 0; 0: no teacher).
-    teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: 4/5 of the run).
+    teacher_steps: int | None = _CONFIG.teacher_steps  # The teacher weight falls linearly to 0 at these env steps (>= 1; default: 2/5 of the run).
     teacher_every: int | None = _CONFIG.teacher_every  # The teacher labels one env slot in N (dividing each device's envs; default 8).
     value_norm: float = _CONFIG.value_norm  # Normalise value targets (PopArt): step of their running mean and std per update, in [0, 1]; 0: off.
     search_coef: float = _CONFIG.search_coef  # Weight of the search teacher's cross-entropy (expert iteration; >= 0; 0: off).

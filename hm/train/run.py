@@ -251,7 +251,7 @@ class Trainer:
         if options.resume is not None:
             resume_from, meta = resume.find_resumable(options.resume, self._early_lines.append)
             config = resume.merge_config(config, meta, explicit)
-        # the teacher's length, by default 4/5 of the run: concrete before the config is
+        # the teacher's length, by default 2/5 of the run: concrete before the config is
         # saved, so that a resume with a longer --total-timesteps keeps the run's schedule
         if config.teacher_steps is None:
             config = dataclasses.replace(config, teacher_steps=auto_teacher_steps(config.total_timesteps))

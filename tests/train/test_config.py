@@ -67,11 +67,11 @@ def test_auto_teacher_every_is_8_or_the_largest_divisor_of_8_that_splits_each_de
     validate(TrainConfig(num_envs=num_envs, teacher_coef=1.0), devices)   # auto never fails the check
 
 
-def test_auto_teacher_steps_is_four_fifths_of_the_run():
-    # the teacher's weight falls to 0 at 4/5 of the run (docs/results.md)
+def test_auto_teacher_steps_is_two_fifths_of_the_run():
+    # the teacher's weight falls to 0 at 2/5 of the run (docs/results.md)
     resolved = resolve(TrainConfig(total_timesteps=12_345_678, teacher_coef=1.0), "cpu", 1)
-    assert resolved.teacher_steps == 9_876_542 and "teacher_steps" in resolved.auto
-    assert resolve(TrainConfig(total_timesteps=20_000_000), "cpu", 1).teacher_steps == 16_000_000
+    assert resolved.teacher_steps == 4_938_271 and "teacher_steps" in resolved.auto
+    assert resolve(TrainConfig(total_timesteps=20_000_000), "cpu", 1).teacher_steps == 8_000_000
     assert resolve(TrainConfig(total_timesteps=1), "cpu", 1).teacher_steps == 1
 
 

@@ -157,11 +157,11 @@ def test_teacher_every_is_not_checked_without_a_teacher_and_an_env_without_one_i
     make_train_fn(resolved, NullEnv(), make_mesh(1), teacher_policy=last_legal)  # a teacher of its own: fine
 
 
-def test_the_default_config_teaches_with_the_greedy_player_for_four_fifths_of_the_run():
+def test_the_default_config_teaches_with_the_greedy_player_for_two_fifths_of_the_run():
     """One set of defaults: `TrainConfig()` is kickstarted PPO, the teacher's weight 1
-    falling to 0 at 4/5 of the run, labelling one slot in 8."""
+    falling to 0 at 2/5 of the run, labelling one slot in 8."""
     from hm.env import HackMatrix
 
     resolved = resolve(TrainConfig(total_timesteps=20_000_000), "cpu", 1)
     (teacher,) = [f for f in features.build(HackMatrix(), resolved) if isinstance(f, Teacher)]
-    assert resolved.teacher_coef == 1.0 and teacher.teacher_steps == 16_000_000 and teacher.every == 8
+    assert resolved.teacher_coef == 1.0 and teacher.teacher_steps == 8_000_000 and teacher.every == 8

@@ -2,7 +2,7 @@
 
 `teacher_coef` > 0 adds to the loss that coefficient times the cross-entropy between
 the policy and a scripted teacher's action, on the states the agent itself visits. The
-coefficient falls linearly to 0 at `teacher_steps` env steps (by default 4/5 of the
+coefficient falls linearly to 0 at `teacher_steps` env steps (by default 2/5 of the
 run), after which the teacher is no longer run and training is plain PPO. The teacher
 labels one env slot in every `teacher_every` (by default 8, or the largest divisor of 8
 that divides each device's env slots); labelling simulates every legal action of the
@@ -31,7 +31,7 @@ from hm.train.features.base import Feature, Hyper
 # The teacher labels one env slot in this many unless `teacher_every` says otherwise.
 TEACHER_EVERY = 8
 # By default the teacher's weight reaches 0 at this share of the run's env steps.
-TEACHER_SHARE = 0.8
+TEACHER_SHARE = 0.4
 # The teacher draws its randomness from each step's key folded with this (a stream of its
 # own: the agent's actions and the env's steps keep the keys they have without a teacher).
 TEACHER_STREAM = 0x7EAC
@@ -43,7 +43,7 @@ class TeacherConfig:
 
     # weight of the cross-entropy to the teacher's action; 0: no teacher
     teacher_coef: float = 1.0
-    # env steps at which the weight reaches 0; None: 4/5 of total_timesteps
+    # env steps at which the weight reaches 0; None: 2/5 of total_timesteps
     teacher_steps: int | None = None
     # the teacher labels env slots 0, k, 2k, ... (global index); None: 8, or the largest
     # divisor of 8 that divides each device's env slots
